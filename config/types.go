@@ -1,0 +1,121 @@
+package config
+
+import "time"
+
+// Config is the whole queuebox configuration file (contract §5).
+type Config struct {
+	Database     Database               `yaml:"database"`
+	Relay        Relay                  `yaml:"relay"`
+	Server       Server                 `yaml:"server"`
+	Log          Log                    `yaml:"log"`
+	Destinations map[string]Destination `yaml:"destinations"`
+	Routes       []Route                `yaml:"routes"`
+}
+
+// Database says where the outbox table is and how it is shaped.
+type Database struct {
+	Type        string            `yaml:"type"`        // postgresql | sqlserver
+	URL         string            `yaml:"url"`         // a secret: never logged
+	OutboxTable string            `yaml:"outboxTable"` // may be schema-qualified
+	Columns     map[string]string `yaml:"columns"`     // logical -> existing column
+	States      map[string]string `yaml:"states"`      // logical -> existing value
+	MaxConns    int               `yaml:"maxConns"`    // pool size; 0 = derived from relay settings
+}
+
+// Relay tunes the delivery engine.
+type Relay struct {
+	BatchSize       int      `yaml:"batchSize"`
+	Concurrency     int      `yaml:"concurrency"`     // deliveries in flight per destination
+	InflightBatches int      `yaml:"inflightBatches"` // claimed batches being published at once
+	PollInterval    Duration `yaml:"pollInterval"`
+	Lease           Duration `yaml:"lease"`
+	MaxAttempts     int      `yaml:"maxAttempts"`
+	Backoff         Backoff  `yaml:"backoff"`
+	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
+	ReapInterval    Duration `yaml:"reapInterval"` // how often expired leases are released
+	OnDead          string   `yaml:"onDead"`       // release | hold
+}
+
+// Backoff is the retry schedule: base × 2^attempt, ± jitter, capped at Max.
+type Backoff struct {
+	Base   Duration `yaml:"base"`
+	Max    Duration `yaml:"max"`
+	Jitter float64  `yaml:"jitter"`
+}
+
+// Server is the management HTTP server (/metrics, /health/*).
+type Server struct {
+	Listen string `yaml:"listen"` // empty: no server
+}
+
+// Log configures log/slog output.
+type Log struct {
+	Format string `yaml:"format"` // text | json
+	Level  string `yaml:"level"`  // debug | info | warn | error
+}
+
+// Destination is one named target. Type selects which of the other keys
+// apply; keys of another type are rejected by validation.
+type Destination struct {
+	Type string `yaml:"type"` // nats | http | kafka | amqp
+
+	// nats
+	Servers        []string `yaml:"servers"`
+	Subject        string   `yaml:"subject"`
+	SubjectFrom    string   `yaml:"subjectFrom"`
+	Stream         string   `yaml:"stream"`       // optional: create or check this stream
+	StreamCreate   bool     `yaml:"createStream"` // create Stream covering Subjects if missing
+	StreamSubjects []string `yaml:"streamSubjects"`
+	CredsFile      string   `yaml:"credsFile"`
+	Token          string   `yaml:"token"`
+	MaxPending     int      `yaml:"maxPending"` // async publish window
+
+	// http (and amqp: url)
+	URL         string            `yaml:"url"`
+	Timeout     Duration          `yaml:"timeout"`
+	Headers     map[string]string `yaml:"headers"`
+	Auth        *Auth             `yaml:"auth"`
+	Concurrency int               `yaml:"concurrency"` // 0: relay.concurrency
+
+	// kafka
+	Brokers   []string `yaml:"brokers"`
+	Topic     string   `yaml:"topic"`
+	TopicFrom string   `yaml:"topicFrom"`
+	Key       string   `yaml:"key"`
+
+	// amqp
+	Exchange     string `yaml:"exchange"`
+	ExchangeFrom string `yaml:"exchangeFrom"`
+	ExchangeType string `yaml:"exchangeType"`
+	RoutingKey   string `yaml:"routingKey"`
+
+	// tls, for every type that supports it
+	TLS *TLS `yaml:"tls"`
+}
+
+// Auth is HTTP authentication: a bearer token or basic credentials.
+type Auth struct {
+	Bearer   string `yaml:"bearer"`
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+}
+
+// TLS configures a client TLS connection.
+type TLS struct {
+	CAFile             string `yaml:"caFile"`
+	CertFile           string `yaml:"certFile"`
+	KeyFile            string `yaml:"keyFile"`
+	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"`
+}
+
+// Route sends rows whose topic matches TopicPattern to Destination.
+type Route struct {
+	TopicPattern string `yaml:"topicPattern"`
+	Destination  string `yaml:"destination"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("250ms").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

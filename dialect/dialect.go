@@ -1,0 +1,101 @@
+// Package dialect defines what the relay needs from a database: the SQL that
+// differs between PostgreSQL and SQL Server, and nothing else. Batching,
+// backoff and routing live once, in package relay.
+//
+// Every write after a claim is fenced: it matches the row id, the
+// processing state, the claim token and an unexpired lease, all on the
+// database clock. A fenced write returns the number of rows it changed; the
+// caller compares it with the number it asked for and counts the difference
+// as lost claims (outbox.ErrLeaseLost), never retrying them.
+package dialect
+
+import (
+	"context"
+	"time"
+
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// Dialect is the SQL of one database for the delivery path.
+type Dialect interface {
+	// Claim moves up to Limit ready rows to processing under a fresh lease
+	// held by Token and returns them in sequence order. A row is ready when
+	// it is pending, due (scheduled_at <= now on the database clock) and,
+	// if it has a non-empty key, is the head of its key: the lowest sequence
+	// among that key's pending and processing rows. At most one row per key
+	// is returned.
+	Claim(ctx context.Context, p ClaimParams) ([]outbox.Message, error)
+	// Renew extends the lease of every row still held by Token and returns
+	// how many rows it renewed.
+	Renew(ctx context.Context, p RenewParams) (int64, error)
+	// Complete marks the given rows sent.
+	Complete(ctx context.Context, p CompleteParams) (int64, error)
+	// Retry returns rows to pending with a new attempt count and a due time
+	// of now + Delay, keeping the error text.
+	Retry(ctx context.Context, p RetryParams) (int64, error)
+	// Dead moves rows to dead with the reason kept.
+	Dead(ctx context.Context, p DeadParams) (int64, error)
+	// Release returns rows held by Token to pending without spending an
+	// attempt (shutdown, a destination that is down).
+	Release(ctx context.Context, p ReleaseParams) (int64, error)
+	// ReleaseExpired returns up to Limit processing rows whose lease has
+	// expired to pending, and reports how many it moved.
+	ReleaseExpired(ctx context.Context, p ReleaseExpiredParams) (int64, error)
+}
+
+// ClaimParams are the inputs of Dialect.Claim.
+type ClaimParams struct {
+	Token string        // fencing token, a UUID chosen by the caller
+	Limit int           // the most rows to claim
+	Lease time.Duration // lease length from the database's now()
+}
+
+// RenewParams are the inputs of Dialect.Renew.
+type RenewParams struct {
+	Token string
+	Lease time.Duration
+}
+
+// CompleteParams are the inputs of Dialect.Complete.
+type CompleteParams struct {
+	Token string
+	IDs   []string
+}
+
+// RetryItem is one row to retry.
+type RetryItem struct {
+	ID      string
+	Attempt int           // the new attempt count
+	Delay   time.Duration // due at database now() + Delay
+	Error   string        // redacted, truncated reason
+}
+
+// RetryParams are the inputs of Dialect.Retry.
+type RetryParams struct {
+	Token string
+	Items []RetryItem
+}
+
+// DeadItem is one row to dead-letter.
+type DeadItem struct {
+	ID      string
+	Attempt int
+	Error   string
+}
+
+// DeadParams are the inputs of Dialect.Dead.
+type DeadParams struct {
+	Token string
+	Items []DeadItem
+}
+
+// ReleaseParams are the inputs of Dialect.Release.
+type ReleaseParams struct {
+	Token string
+	IDs   []string
+}
+
+// ReleaseExpiredParams are the inputs of Dialect.ReleaseExpired.
+type ReleaseExpiredParams struct {
+	Limit int
+}

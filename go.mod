@@ -1,0 +1,3 @@
+module github.com/queuebox/queuebox
+
+go 1.26

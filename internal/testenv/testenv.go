@@ -1,0 +1,60 @@
+// Package testenv gives each integration test a world of its own on real
+// services: a PostgreSQL schema, NATS subjects and streams, RabbitMQ
+// exchanges, Kafka topics. Services are found through QUEUEBOX_TEST_*
+// variables with the local default port as fallback. When a service is
+// missing, the test skips with one line, unless QUEUEBOX_REQUIRE_SERVICES=1
+// (set by CI), where it fails.
+package testenv
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+)
+
+// Required reports whether missing services fail the run instead of
+// skipping it.
+func Required() bool { return os.Getenv("QUEUEBOX_REQUIRE_SERVICES") == "1" }
+
+// Unavailable skips t (or fails it when services are required) because
+// service could not be reached.
+func Unavailable(t testing.TB, service string, err error) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("%s is required (QUEUEBOX_REQUIRE_SERVICES=1) but unreachable: %v", service, err)
+	}
+	t.Skipf("skipping: %s unreachable (%v); set QUEUEBOX_REQUIRE_SERVICES=1 to fail instead", service, err)
+}
+
+// Env returns the environment variable name, or def when it is unset.
+func Env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Context returns a context that ends with the test or after d.
+func Context(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually polls cond every 10ms until it returns true or d passes, then
+// fails t with msg.
+func Eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: "+msg, append([]any{d}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
