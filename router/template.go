@@ -1,0 +1,182 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// Template is a destination address (a NATS subject, a Kafka topic, an AMQP
+// exchange or routing key, an HTTP URL) with placeholders over the row:
+// {{ topic }}, {{ key }}, {{ aggregateType }}, {{ id }} and
+// {{ payload.a.b }}. Everything else is literal text.
+type Template struct {
+	src   string
+	parts []part
+}
+
+type part struct {
+	literal string
+	field   string   // "" for a literal
+	path    []string // for payload.a.b
+}
+
+// Fields a template may name.
+var templateFields = map[string]bool{"topic": true, "key": true, "aggregateType": true, "id": true, "payload": true}
+
+// ParseTemplate compiles s. An unknown placeholder, an unclosed "{{" or an
+// empty placeholder is an error that names it.
+func ParseTemplate(s string) (*Template, error) {
+	t := &Template{src: s}
+	rest := s
+	for {
+		i := strings.Index(rest, "{{")
+		if i < 0 {
+			if strings.Contains(rest, "}}") {
+				return nil, fmt.Errorf("template %q: \"}}\" without \"{{\"", s)
+			}
+			if rest != "" {
+				t.parts = append(t.parts, part{literal: rest})
+			}
+			return t, nil
+		}
+		if i > 0 {
+			if strings.Contains(rest[:i], "}}") {
+				return nil, fmt.Errorf("template %q: \"}}\" without \"{{\"", s)
+			}
+			t.parts = append(t.parts, part{literal: rest[:i]})
+		}
+		rest = rest[i+2:]
+		j := strings.Index(rest, "}}")
+		if j < 0 {
+			return nil, fmt.Errorf("template %q: \"{{\" is not closed by \"}}\"", s)
+		}
+		name := strings.TrimSpace(rest[:j])
+		rest = rest[j+2:]
+		p, err := parsePlaceholder(name)
+		if err != nil {
+			return nil, fmt.Errorf("template %q: %w", s, err)
+		}
+		t.parts = append(t.parts, p)
+	}
+}
+
+func parsePlaceholder(name string) (part, error) {
+	if name == "" {
+		return part{}, fmt.Errorf("empty placeholder {{ }}")
+	}
+	segs := strings.Split(name, ".")
+	field := segs[0]
+	if !templateFields[field] {
+		return part{}, fmt.Errorf("unknown placeholder {{ %s }} (known: topic, key, aggregateType, id, payload.<field>)", name)
+	}
+	if field == "payload" {
+		if len(segs) < 2 {
+			return part{}, fmt.Errorf("placeholder {{ payload }} needs a field path, such as {{ payload.customer.id }}")
+		}
+		for _, s := range segs[1:] {
+			if s == "" {
+				return part{}, fmt.Errorf("placeholder {{ %s }} has an empty path segment", name)
+			}
+		}
+		return part{field: field, path: segs[1:]}, nil
+	}
+	if len(segs) > 1 {
+		return part{}, fmt.Errorf("placeholder {{ %s }}: only payload has fields", name)
+	}
+	return part{field: field}, nil
+}
+
+// String returns the source text of the template.
+func (t *Template) String() string { return t.src }
+
+// Static reports whether the template has no placeholders.
+func (t *Template) Static() bool {
+	for _, p := range t.parts {
+		if p.field != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// Uses reports whether the template names field ("topic", "key",
+// "aggregateType", "id" or "payload").
+func (t *Template) Uses(field string) bool {
+	for _, p := range t.parts {
+		if p.field == field {
+			return true
+		}
+	}
+	return false
+}
+
+// Render fills the template from m. A payload path that does not exist, or
+// a payload that is not a JSON object, is a permanent error: the same row
+// can never render.
+func (t *Template) Render(m *outbox.Message) (string, error) {
+	if len(t.parts) == 1 && t.parts[0].field == "" {
+		return t.parts[0].literal, nil
+	}
+	var b strings.Builder
+	var payload any
+	var decoded bool
+	for _, p := range t.parts {
+		switch p.field {
+		case "":
+			b.WriteString(p.literal)
+		case "topic":
+			b.WriteString(m.Topic)
+		case "key":
+			b.WriteString(m.Key)
+		case "aggregateType":
+			b.WriteString(m.AggregateType)
+		case "id":
+			b.WriteString(m.ID)
+		case "payload":
+			if !decoded {
+				d := json.NewDecoder(bytes.NewReader(m.Payload))
+				d.UseNumber()
+				if err := d.Decode(&payload); err != nil {
+					return "", outbox.Permanent(fmt.Errorf("template %q: payload is not JSON: %v", t.src, err))
+				}
+				decoded = true
+			}
+			v, err := lookup(payload, p.path)
+			if err != nil {
+				return "", outbox.Permanent(fmt.Errorf("template %q: %w", t.src, err))
+			}
+			b.WriteString(v)
+		}
+	}
+	return b.String(), nil
+}
+
+func lookup(v any, path []string) (string, error) {
+	for i, seg := range path {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return "", fmt.Errorf("payload.%s is not an object", strings.Join(path[:i], "."))
+		}
+		v, ok = obj[seg]
+		if !ok {
+			return "", fmt.Errorf("payload has no field %s", strings.Join(path[:i+1], "."))
+		}
+	}
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case json.Number:
+		return x.String(), nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case nil:
+		return "", fmt.Errorf("payload.%s is null", strings.Join(path, "."))
+	default:
+		return "", fmt.Errorf("payload.%s is not a string, number or boolean", strings.Join(path, "."))
+	}
+}
