@@ -1,0 +1,354 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are silently
+// truncated by the server, so they are refused here.
+const maxIdentLen = 63
+
+var _ dialect.Dialect = (*Dialect)(nil)
+
+// Dialect is the PostgreSQL dialect: the delivery-path SQL rendered for one
+// mapping, run on a pgx pool.
+type Dialect struct {
+	pool    *pgxpool.Pool
+	mapping dialect.Mapping
+	queries map[string]string
+}
+
+// New renders the SQL for m and returns a Dialect that runs it on pool.
+func New(pool *pgxpool.Pool, m dialect.Mapping) (*Dialect, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: nil pool")
+	}
+	queries, err := Render(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Dialect{pool: pool, mapping: m, queries: queries}, nil
+}
+
+// QueryNames returns the names of the embedded queries, sorted. It equals
+// dialect.QueryNames().
+func QueryNames() []string {
+	entries, err := fs.ReadDir(sqlFiles, "sql")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".sql"))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// QuoteIdent quotes one identifier part for PostgreSQL: "x", with embedded
+// double quotes doubled.
+func QuoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// quoteLiteral quotes a string constant: 'x', with embedded single quotes
+// doubled (standard_conforming_strings is on in every supported version).
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// Render returns the SQL of every query name rendered for m. It is what New
+// runs once; it is exported for `queuebox migrate sql`-style inspection and
+// for tests.
+func Render(m dialect.Mapping) (map[string]string, error) {
+	for _, ident := range append(mapValues(m.Columns()), m.Schema(), m.TableName()) {
+		if len(ident) > maxIdentLen {
+			return nil, fmt.Errorf("postgres: identifier %q is longer than %d bytes", ident, maxIdentLen)
+		}
+	}
+	if m.TableName() == "" {
+		return nil, errors.New("postgres: empty mapping (use dialect.DefaultMapping or dialect.NewMapping)")
+	}
+	data := struct{ Table string }{Table: m.Table(QuoteIdent)}
+	funcs := template.FuncMap{
+		"col": func(logical string) (string, error) {
+			c, ok := m.Column(logical)
+			if !ok {
+				return "", fmt.Errorf("column %q is not mapped", logical)
+			}
+			return QuoteIdent(c), nil
+		},
+		"has": m.Has,
+		"state": func(s string) (string, error) {
+			v := m.State(outbox.State(s))
+			if v == "" {
+				return "", fmt.Errorf("unknown state %q", s)
+			}
+			return quoteLiteral(v), nil
+		},
+	}
+	out := make(map[string]string, len(dialect.QueryNames()))
+	for _, name := range QueryNames() {
+		src, err := sqlFiles.ReadFile(path.Join("sql", name+".sql"))
+		if err != nil {
+			return nil, err
+		}
+		tmpl, err := template.New(name).Option("missingkey=error").Funcs(funcs).Parse(string(src))
+		if err != nil {
+			return nil, fmt.Errorf("postgres: parse %s.sql: %w", name, err)
+		}
+		var b bytes.Buffer
+		if err := tmpl.Execute(&b, data); err != nil {
+			return nil, fmt.Errorf("postgres: render %s.sql: %w", name, err)
+		}
+		out[name] = b.String()
+	}
+	return out, nil
+}
+
+func mapValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// Claim implements dialect.Dialect.
+func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	if p.Lease <= 0 {
+		return nil, errors.New("postgres: claim: lease must be positive")
+	}
+	rows, err := d.pool.Query(ctx, d.queries["claim"], p.Token, p.Limit, micros(p.Lease))
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	msgs := make([]outbox.Message, 0, p.Limit)
+	for rows.Next() {
+		var (
+			m                  outbox.Message
+			key, aggregateType *string
+			payload, headers   []byte
+		)
+		if err := rows.Scan(&m.ID, &m.Topic, &key, &payload, &headers, &aggregateType,
+			&m.Attempt, &m.MaxAttempts, &m.Sequence, &m.CreatedAt, &m.ScheduledAt); err != nil {
+			rows.Close()
+			return nil, interpretError("claim", err)
+		}
+		if key != nil {
+			m.Key = *key
+		}
+		if aggregateType != nil {
+			m.AggregateType = *aggregateType
+		}
+		m.Payload = payload
+		m.Headers, m.Malformed = decodeHeaders(headers)
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("claim", err)
+	}
+	// RETURNING follows the UPDATE's join order, not the CTE's ORDER BY.
+	slices.SortFunc(msgs, func(a, b outbox.Message) int {
+		if a.Sequence != b.Sequence {
+			if a.Sequence < b.Sequence {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return msgs, nil
+}
+
+// decodeHeaders turns the stored headers (a JSON object of strings) into a
+// map. Anything else leaves the map nil and returns the reason, which the
+// engine uses to dead-letter the row instead of failing the whole claim.
+func decodeHeaders(raw []byte) (map[string]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("malformed headers: not a JSON object: %s", truncate(raw))
+	}
+	h := make(map[string]string, len(obj))
+	for k, v := range obj {
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return nil, fmt.Errorf("malformed headers: value of %q is not a string: %s", k, truncate(v))
+		}
+		h[k] = s
+	}
+	return h, nil
+}
+
+func truncate(b []byte) string {
+	const n = 64
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
+
+// Renew implements dialect.Dialect.
+func (d *Dialect) Renew(ctx context.Context, p dialect.RenewParams) (int64, error) {
+	if p.Lease <= 0 {
+		return 0, errors.New("postgres: renew: lease must be positive")
+	}
+	return d.exec(ctx, "renew", p.Token, micros(p.Lease))
+}
+
+// Complete implements dialect.Dialect.
+func (d *Dialect) Complete(ctx context.Context, p dialect.CompleteParams) (int64, error) {
+	if len(p.IDs) == 0 {
+		return 0, nil
+	}
+	return d.exec(ctx, "complete", p.Token, p.IDs)
+}
+
+// Retry implements dialect.Dialect.
+func (d *Dialect) Retry(ctx context.Context, p dialect.RetryParams) (int64, error) {
+	if len(p.Items) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(p.Items))
+	attempts := make([]int32, len(p.Items))
+	delays := make([]int64, len(p.Items))
+	errs := make([]string, len(p.Items))
+	for i, it := range p.Items {
+		ids[i], attempts[i], delays[i], errs[i] = it.ID, int32(it.Attempt), micros(max(it.Delay, 0)), it.Error
+	}
+	return d.exec(ctx, "retry", p.Token, ids, attempts, delays, errs)
+}
+
+// Dead implements dialect.Dialect.
+func (d *Dialect) Dead(ctx context.Context, p dialect.DeadParams) (int64, error) {
+	if len(p.Items) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(p.Items))
+	attempts := make([]int32, len(p.Items))
+	errs := make([]string, len(p.Items))
+	for i, it := range p.Items {
+		ids[i], attempts[i], errs[i] = it.ID, int32(it.Attempt), it.Error
+	}
+	return d.exec(ctx, "dead", p.Token, ids, attempts, errs)
+}
+
+// Release implements dialect.Dialect. An empty IDs releases nothing.
+func (d *Dialect) Release(ctx context.Context, p dialect.ReleaseParams) (int64, error) {
+	if len(p.IDs) == 0 {
+		return 0, nil
+	}
+	return d.exec(ctx, "release", p.Token, p.IDs)
+}
+
+// ReleaseExpired implements dialect.Dialect.
+func (d *Dialect) ReleaseExpired(ctx context.Context, p dialect.ReleaseExpiredParams) (int64, error) {
+	if p.Limit <= 0 {
+		return 0, nil
+	}
+	return d.exec(ctx, "release_expired", p.Limit)
+}
+
+func (d *Dialect) exec(ctx context.Context, name string, args ...any) (int64, error) {
+	tag, err := d.pool.Exec(ctx, d.queries[name], args...)
+	if err != nil {
+		return 0, interpretError(name, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// interpretError is the one place where PostgreSQL and driver errors are
+// classified. Connection-level failures, serialization failures, deadlocks
+// and server shutdowns stay retryable (the outbox default for any error);
+// errors that no retry can fix (bad data, violated constraints, a table or
+// column that does not exist) are marked outbox.Permanent. Errors are told
+// apart by SQLSTATE and type, never by text.
+func interpretError(query string, err error) error {
+	if err == nil {
+		return nil
+	}
+	wrapped := fmt.Errorf("postgres: %s: %w", query, err)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return wrapped
+	}
+	if retryable(err) {
+		return wrapped
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "22", // data exception
+			"23", // integrity constraint violation
+			"42", // syntax error or access rule violation (missing table/column, no permission)
+			"0A": // feature not supported
+			return outbox.Permanent(wrapped)
+		}
+	}
+	return wrapped
+}
+
+// retryable reports the failures a later attempt can get past.
+func retryable(err error) bool {
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", // serialization_failure
+			"40P01", // deadlock_detected
+			"55P03", // lock_not_available
+			"57014", // query_canceled (statement_timeout)
+			"57P01", // admin_shutdown
+			"57P02", // crash_shutdown
+			"57P03", // cannot_connect_now
+			"57P05": // idle_session_timeout
+			return true
+		}
+		switch pgErr.Code[:2] {
+		case "08", // connection exception
+			"53": // insufficient resources
+			return true
+		}
+		return false
+	}
+	// A connection that broke mid-query surfaces as a pgconn error that is
+	// not a PgError; pgx.ErrTxClosed and friends are programming errors.
+	return !errors.Is(err, pgx.ErrTxClosed)
+}

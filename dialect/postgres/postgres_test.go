@@ -1,0 +1,368 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/dialect/dialecttest"
+	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+func TestConformance(t *testing.T) {
+	dialecttest.Run(t, func(t *testing.T) dialecttest.Harness {
+		pg := testenv.Postgres(t)
+		d, err := New(pg.Pool, dialect.DefaultMapping())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &harness{pool: pg.Pool, d: d}
+	})
+}
+
+// harness implements dialecttest.Harness on the bundled table in the test's
+// own schema (the pool's search_path).
+type harness struct {
+	pool *pgxpool.Pool
+	d    *Dialect
+}
+
+func (h *harness) Dialect() dialect.Dialect { return h.d }
+
+const insertSQL = `INSERT INTO outbox (topic, key, payload, headers, max_attempts, scheduled_at)
+VALUES ($1, $2, $3::jsonb, COALESCE($4::jsonb, '{}'::jsonb), COALESCE($5, 5), now() + $6::bigint * interval '1 microsecond')
+RETURNING id::text`
+
+func insertArgs(r dialecttest.Row) []any {
+	topic := r.Topic
+	if topic == "" {
+		topic = "test.topic"
+	}
+	var key, headers *string
+	if r.Key != "" || r.EmptyKey {
+		key = &r.Key
+	}
+	if r.Headers != "" {
+		headers = &r.Headers
+	}
+	payload := r.Payload
+	if payload == "" {
+		payload = "{}"
+	}
+	var maxAttempts *int32
+	if r.MaxAttempts != 0 {
+		v := int32(r.MaxAttempts)
+		maxAttempts = &v
+	}
+	return []any{topic, key, payload, headers, maxAttempts, r.Delay.Microseconds()}
+}
+
+func (h *harness) Insert(ctx context.Context, rows ...dialecttest.Row) ([]string, error) {
+	b := &pgx.Batch{}
+	for _, r := range rows {
+		b.Queue(insertSQL, insertArgs(r)...)
+	}
+	// A batch runs its statements in order in one implicit transaction.
+	res := h.pool.SendBatch(ctx, b)
+	defer res.Close()
+	ids := make([]string, len(rows))
+	for i := range rows {
+		if err := res.QueryRow().Scan(&ids[i]); err != nil {
+			return nil, err
+		}
+	}
+	return ids, res.Close()
+}
+
+type writer struct{ tx pgx.Tx }
+
+func (h *harness) Begin(ctx context.Context) (dialecttest.Writer, error) {
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &writer{tx: tx}, nil
+}
+
+func (w *writer) Insert(ctx context.Context, r dialecttest.Row) (string, error) {
+	var id string
+	err := w.tx.QueryRow(ctx, insertSQL, insertArgs(r)...).Scan(&id)
+	return id, err
+}
+func (w *writer) Commit(ctx context.Context) error   { return w.tx.Commit(ctx) }
+func (w *writer) Rollback(ctx context.Context) error { return w.tx.Rollback(ctx) }
+
+func (h *harness) Row(ctx context.Context, id string) (dialecttest.RowState, error) {
+	var (
+		r     dialecttest.RowState
+		state string
+		token *string
+	)
+	err := h.pool.QueryRow(ctx, `SELECT state, attempt, max_attempts, last_error, scheduled_at,
+		claim_token::text, lease_expires_at, sequence FROM outbox WHERE id = $1`, id).
+		Scan(&state, &r.Attempt, &r.MaxAttempts, &r.LastError, &r.ScheduledAt, &token, &r.LeaseExpiresAt, &r.Sequence)
+	r.State = outbox.State(state)
+	if token != nil {
+		r.ClaimToken = *token
+	}
+	return r, err
+}
+
+func (h *harness) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	err := h.pool.QueryRow(ctx, `SELECT now()`).Scan(&now)
+	return now, err
+}
+
+func (h *harness) ExpireLease(ctx context.Context, id string) error {
+	tag, err := h.pool.Exec(ctx, `UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("expire lease: no row %s", id)
+	}
+	return err
+}
+
+func TestQueryNamesMatchDialect(t *testing.T) {
+	if got, want := QueryNames(), dialect.QueryNames(); !slices.Equal(got, want) {
+		t.Fatalf("embedded queries %v, want dialect.QueryNames() %v", got, want)
+	}
+}
+
+func TestRenderQuotesReservedWords(t *testing.T) {
+	m, err := dialect.NewMapping("app.order", map[string]string{
+		"key": "key", "topic": "order", "aggregateType": "user", "state": `select`, "sentAt": "sent_at",
+	}, map[string]string{"dead": "it's dead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Render(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range dialect.QueryNames() {
+		if q[name] == "" {
+			t.Errorf("query %s not rendered", name)
+		}
+		if strings.Contains(q[name], "{{") {
+			t.Errorf("query %s has an unrendered action", name)
+		}
+	}
+	for _, want := range []string{`"app"."order"`, `o."order"`, `o."user"`, `c."key"`, `c."select" = 'pending'`} {
+		if !strings.Contains(q["claim"], want) {
+			t.Errorf("claim lacks %s:\n%s", want, q["claim"])
+		}
+	}
+	if !strings.Contains(q["dead"], `'it''s dead'`) {
+		t.Errorf("dead does not quote the state literal:\n%s", q["dead"])
+	}
+	if !strings.Contains(q["complete"], `"sent_at" = now()`) {
+		t.Errorf("complete does not set the optional sentAt column:\n%s", q["complete"])
+	}
+	if d, _ := Render(dialect.DefaultMapping()); strings.Contains(d["complete"], "sent_at") {
+		t.Error("default mapping sets sent_at, which the bundled table lacks")
+	}
+}
+
+// TestRenderedSQLRunsWithReservedNames creates a table whose columns are
+// reserved words and runs a claim and a complete through the mapping.
+func TestRenderedSQLRunsWithReservedNames(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithoutMigrations())
+	ctx := testenv.Context(t, 30*time.Second)
+	_, err := pg.Pool.Exec(ctx, `
+		CREATE TABLE "order" (
+			"user" uuid PRIMARY KEY DEFAULT gen_random_uuid(), "select" text NOT NULL, "key" text,
+			"from" jsonb NOT NULL, "where" jsonb NOT NULL DEFAULT '{}', "group" text,
+			"table" text NOT NULL DEFAULT 'waiting', "limit" int NOT NULL DEFAULT 0, "offset" int NOT NULL DEFAULT 5,
+			"when" timestamptz NOT NULL DEFAULT now(), "create" timestamptz NOT NULL DEFAULT now(),
+			"update" timestamptz NOT NULL DEFAULT now(), "grant" timestamptz, "check" uuid,
+			"end" timestamptz, "desc" text, "order" bigserial)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dialect.NewMapping("order", map[string]string{
+		"id": "user", "topic": "select", "key": "key", "payload": "from", "headers": "where",
+		"aggregateType": "group", "state": "table", "attempt": "limit", "maxAttempts": "offset",
+		"scheduledAt": "when", "createdAt": "create", "updatedAt": "update", "claimedAt": "grant",
+		"claimToken": "check", "leaseExpiresAt": "end", "lastError": "desc", "sequence": "order",
+	}, map[string]string{"pending": "waiting", "processing": "busy", "sent": "done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(pg.Pool, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO "order" ("select", "key", "from") VALUES ('t', 'k', '{"a":1}'), ('t', 'k', '{"a":2}')`); err != nil {
+		t.Fatal(err)
+	}
+	tok := "6f1c1a5e-0000-4000-8000-000000000001"
+	msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: tok, Limit: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].Key != "k" {
+		t.Fatalf("claim = %+v, want the head of k", msgs)
+	}
+	n, err := d.Complete(ctx, dialect.CompleteParams{Token: tok, IDs: []string{msgs[0].ID}})
+	if err != nil || n != 1 {
+		t.Fatalf("complete = %d, %v", n, err)
+	}
+	var state string
+	if err := pg.Pool.QueryRow(ctx, `SELECT "table" FROM "order" WHERE "user" = $1`, msgs[0].ID).Scan(&state); err != nil || state != "done" {
+		t.Fatalf("stored state %q (%v), want done", state, err)
+	}
+}
+
+func TestMappingRejectsInjection(t *testing.T) {
+	bad := []struct {
+		table   string
+		columns map[string]string
+		states  map[string]string
+		want    string
+	}{
+		{table: "outbox; drop table x", want: "not a plain identifier"},
+		{table: `outbox"`, want: "not a plain identifier"},
+		{table: "a.b.c", want: "schema.table"},
+		{table: "1outbox", want: "not a plain identifier"},
+		{columns: map[string]string{"topic": "topic; drop table x --"}, want: "not a plain identifier"},
+		{columns: map[string]string{"topic": `to"pic`}, want: "not a plain identifier"},
+		{columns: map[string]string{"topci": "topic"}, want: `did you mean "topic"`},
+		{columns: map[string]string{"leaseExpiry": "lease"}, want: "unknown logical column"},
+		{columns: map[string]string{"topic": "key"}, want: "both map to column"},
+		{states: map[string]string{"pendng": "p"}, want: `did you mean "pending"`},
+		{states: map[string]string{"sent": "pending"}, want: "both stored as"},
+		{states: map[string]string{"sent": ""}, want: "not a usable stored value"},
+	}
+	for _, tc := range bad {
+		_, err := dialect.NewMapping(tc.table, tc.columns, tc.states)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewMapping(%q, %v, %v) = %v, want an error containing %q", tc.table, tc.columns, tc.states, err, tc.want)
+		}
+	}
+	long := strings.Repeat("a", 64)
+	m, err := dialect.NewMapping(long, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Render(m); err == nil {
+		t.Error("Render accepted a 64-byte identifier that PostgreSQL would truncate")
+	}
+}
+
+func TestInterpretError(t *testing.T) {
+	perm := []string{"23505", "22P02", "42P01", "42703"}
+	for _, code := range perm {
+		if err := interpretError("q", &pgconn.PgError{Code: code}); !outbox.IsPermanent(err) {
+			t.Errorf("%s: not permanent", code)
+		}
+	}
+	retry := []string{"40001", "40P01", "57P01", "08006", "53300", "57014"}
+	for _, code := range retry {
+		if err := interpretError("q", &pgconn.PgError{Code: code}); !outbox.IsRetryable(err) {
+			t.Errorf("%s: not retryable", code)
+		}
+	}
+	if err := interpretError("q", context.Canceled); !errors.Is(err, context.Canceled) {
+		t.Errorf("context error lost: %v", err)
+	}
+	if interpretError("q", nil) != nil {
+		t.Error("nil error not nil")
+	}
+}
+
+// TestBadIDIsPermanent drives a real data error through the dialect: an id
+// that is not a UUID.
+func TestBadIDIsPermanent(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	d, err := New(pg.Pool, dialect.DefaultMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Dead(ctx, dialect.DeadParams{Token: "6f1c1a5e-0000-4000-8000-000000000001", Items: []dialect.DeadItem{{ID: "not-a-uuid"}}})
+	if err == nil {
+		t.Fatal("dead with a malformed id succeeded")
+	}
+	if !outbox.IsPermanent(err) {
+		t.Fatalf("malformed id: %v is not permanent", err)
+	}
+}
+
+// TestClaimPlanUsesIndexes loads a few thousand rows, most of them sent,
+// and checks that the claim's plan reads the partial indexes instead of
+// scanning the table.
+func TestClaimPlanUsesIndexes(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	d, err := New(pg.Pool, dialect.DefaultMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pg.Pool.Exec(ctx, `
+		INSERT INTO outbox (topic, key, payload, state)
+		SELECT 'load.' || (g % 10), CASE WHEN g % 5 = 0 THEN NULL ELSE 'k' || (g % 200) END,
+		       jsonb_build_object('g', g), CASE WHEN g <= 18000 THEN 'sent' ELSE 'pending' END
+		FROM generate_series(1, 20000) AS g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `ANALYZE outbox`); err != nil {
+		t.Fatal(err)
+	}
+	explain := func(name string, args ...any) string {
+		rows, err := pg.Pool.Query(ctx, "EXPLAIN "+d.queries[name], args...)
+		if err != nil {
+			t.Fatalf("explain %s: %v", name, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	token := "6f1c1a5e-0000-4000-8000-000000000001"
+	plans := map[string]string{
+		"claim":           explain("claim", token, 100, int64(30e6)),
+		"release_expired": explain("release_expired", 100),
+		"complete":        explain("complete", token, []string{token}),
+	}
+	for name, plan := range plans {
+		if strings.Contains(plan, "Seq Scan on outbox") {
+			t.Errorf("%s plan scans the whole table:\n%s", name, plan)
+		}
+	}
+	for _, idx := range []string{"outbox_claim_idx", "outbox_key_sequence_idx"} {
+		if !strings.Contains(plans["claim"], idx) {
+			t.Errorf("claim plan does not use %s:\n%s", idx, plans["claim"])
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	// And the claim does what the plan promises on this data: 100 rows,
+	// one per key at most.
+	msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 100, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 100 {
+		t.Fatalf("claimed %d rows, want 100", len(msgs))
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if m.Key != "" && seen[m.Key] {
+			t.Fatalf("key %s claimed twice", m.Key)
+		}
+		seen[m.Key] = true
+	}
+}

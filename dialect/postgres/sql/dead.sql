@@ -1,0 +1,15 @@
+-- dead: move rows held by claim token $1 to dead, each with its own attempt
+-- count ($3) and reason ($4), for ids $2. Fenced like complete. The claim
+-- token and claimed_at stay as a record of the last claim; the lease is
+-- cleared. A dead row no longer blocks its key.
+UPDATE {{ .Table }} AS o
+SET {{ col "state" }} = {{ state "dead" }},
+    {{ col "attempt" }} = d.attempt,
+    {{ col "lastError" }} = d.error,
+    {{ col "leaseExpiresAt" }} = NULL,
+    {{ col "updatedAt" }} = now()
+FROM unnest($2::uuid[], $3::integer[], $4::text[]) AS d(id, attempt, error)
+WHERE o.{{ col "id" }} = d.id
+  AND o.{{ col "claimToken" }} = $1
+  AND o.{{ col "state" }} = {{ state "processing" }}
+  AND o.{{ col "leaseExpiresAt" }} > now()

@@ -1,0 +1,9 @@
+-- renew: extend by $2 microseconds the lease of every row still held by
+-- claim token $1 whose lease has not yet expired. Touches no indexed column,
+-- so it is a HOT update when the page has room.
+UPDATE {{ .Table }}
+SET {{ col "leaseExpiresAt" }} = now() + $2::bigint * interval '1 microsecond',
+    {{ col "updatedAt" }} = now()
+WHERE {{ col "claimToken" }} = $1
+  AND {{ col "state" }} = {{ state "processing" }}
+  AND {{ col "leaseExpiresAt" }} > now()

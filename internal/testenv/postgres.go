@@ -1,0 +1,133 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/queuebox/queuebox/migrations"
+)
+
+// DefaultPostgresURL is used when QUEUEBOX_TEST_POSTGRES_URL is unset.
+const DefaultPostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// PG is a PostgreSQL world owned by one test: a fresh schema, a pool whose
+// connections have it as search_path, and a URL that does the same for a
+// separately started process.
+type PG struct {
+	Pool   *pgxpool.Pool
+	Schema string // qb_<random>, a plain lower-case identifier
+	URL    string // the server URL with options=-c search_path=<Schema>
+}
+
+type pgOptions struct {
+	migrate  bool
+	maxConns int32
+}
+
+// PGOption changes what Postgres sets up.
+type PGOption func(*pgOptions)
+
+// WithoutMigrations leaves the schema empty instead of applying the bundled
+// migrations.
+func WithoutMigrations() PGOption { return func(o *pgOptions) { o.migrate = false } }
+
+// WithMaxConns sets the pool size (default 16).
+func WithMaxConns(n int32) PGOption { return func(o *pgOptions) { o.maxConns = n } }
+
+// Postgres connects to QUEUEBOX_TEST_POSTGRES_URL (or DefaultPostgresURL),
+// creates a schema of the test's own, applies the bundled migrations to it
+// unless WithoutMigrations is given, and drops the schema with CASCADE when
+// the test ends. An unreachable server skips the test, or fails it under
+// QUEUEBOX_REQUIRE_SERVICES=1.
+func Postgres(t testing.TB, opts ...PGOption) *PG {
+	t.Helper()
+	o := pgOptions{migrate: true, maxConns: 16}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	base := Env("QUEUEBOX_TEST_POSTGRES_URL", DefaultPostgresURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		Unavailable(t, "PostgreSQL", err)
+		return nil
+	}
+	defer admin.Close(context.Background())
+
+	schema := "qb_" + randomHex(8)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatalf("testenv: create schema %s: %v", schema, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("testenv: drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("testenv: drop schema %s: %v", schema, err)
+		}
+	})
+
+	cfg, err := pgxpool.ParseConfig(base)
+	if err != nil {
+		t.Fatalf("testenv: parse QUEUEBOX_TEST_POSTGRES_URL: %v", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = o.maxConns
+
+	if o.migrate {
+		db := stdlib.OpenDB(*cfg.ConnConfig.Copy())
+		provider, err := migrations.NewProvider("postgresql", db)
+		if err == nil {
+			_, err = provider.Up(ctx)
+		}
+		db.Close()
+		if err != nil {
+			t.Fatalf("testenv: migrate schema %s: %v", schema, err)
+		}
+	}
+
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testenv: pool for schema %s: %v", schema, err)
+	}
+	t.Cleanup(pool.Close) // runs before the schema is dropped
+
+	return &PG{Pool: pool, Schema: schema, URL: WithSearchPath(base, schema)}
+}
+
+// WithSearchPath returns rawURL with the libpq options parameter set so that
+// a connection made from it uses schema as its search_path. pgx and libpq
+// both send options to the server at connect time.
+func WithSearchPath(rawURL, schema string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	q := u.Query()
+	q.Set("options", "-c search_path="+schema)
+	// Encode writes a space as "+", which pgx does not decode: use %20.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	return u.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
