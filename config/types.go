@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"reflect"
+	"time"
+)
 
 // Config is the whole queuebox configuration file (contract §5).
 type Config struct {
@@ -10,6 +13,8 @@ type Config struct {
 	Log          Log                    `yaml:"log"`
 	Destinations map[string]Destination `yaml:"destinations"`
 	Routes       []Route                `yaml:"routes"`
+
+	warnings []string // set by Parse; see Warnings
 }
 
 // Database says where the outbox table is and how it is shaped.
@@ -119,3 +124,5 @@ type Duration time.Duration
 
 // D returns d as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+var destinationStructType = reflect.TypeOf(Destination{})

@@ -160,6 +160,9 @@ func lookup(v any, path []string) (string, error) {
 	for i, seg := range path {
 		obj, ok := v.(map[string]any)
 		if !ok {
+			if i == 0 {
+				return "", fmt.Errorf("payload is not a JSON object")
+			}
 			return "", fmt.Errorf("payload.%s is not an object", strings.Join(path[:i], "."))
 		}
 		v, ok = obj[seg]

@@ -1,0 +1,361 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+
+	"github.com/queuebox/queuebox/internal/redact"
+)
+
+// Load reads, expands, decodes and validates the configuration file at
+// path, with ${VAR} taken from the process environment. A problem in the
+// file is returned as Errors, each naming the file, line and key.
+func Load(path string) (*Config, error) {
+	return load(path, os.LookupEnv)
+}
+
+func load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(data, lookupEnv)
+	var errs Errors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			e.File = path
+		}
+		return nil, errs
+	}
+	return cfg, err
+}
+
+// Parse turns the YAML in data into a validated configuration: ${VAR} and
+// ${VAR:-default} are expanded with lookupEnv (nil: nothing is set), the
+// result is decoded strictly over the defaults, and the whole is
+// validated. Every problem found is reported, as Errors sorted by position.
+// Problems that do not stop the relay are kept in Warnings.
+func Parse(data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	expanded, cols, errs := expandEnv(data, lookupEnv)
+	if len(errs) > 0 {
+		errs.sort()
+		return nil, errs
+	}
+	cfg := Default()
+	d := &decoder{seen: map[string]pos{}, anchors: map[string]ast.Node{}, cols: cols}
+	if err := d.parse(expanded, cfg); err != nil {
+		return nil, err
+	}
+	if len(d.errs.list) > 0 {
+		d.errs.list.sort()
+		return nil, d.errs.list
+	}
+	v := &validator{cfg: cfg, seen: d.seen}
+	v.run()
+	if len(v.errs.list) > 0 {
+		v.errs.list.sort()
+		return nil, v.errs.list
+	}
+	v.warns.list.sort()
+	for _, w := range v.warns.list {
+		cfg.warnings = append(cfg.warnings, w.Error())
+	}
+	return cfg, nil
+}
+
+// parse reads the YAML syntax tree and decodes it into cfg.
+func (d *decoder) parse(data []byte, cfg *Config) (err error) {
+	defer func() {
+		// The YAML parser is third-party code; a crash on hostile input
+		// must still be a configuration error, not a crash of the relay.
+		if r := recover(); r != nil {
+			err = Errors{{Msg: fmt.Sprintf("invalid YAML: parser failure: %v", r)}}
+		}
+	}()
+	file, err := parser.ParseBytes(data, 0, parser.AllowDuplicateMapKey())
+	if err != nil {
+		var yerr yaml.Error
+		if errors.As(err, &yerr) {
+			at := d.tokenPos(yerr.GetToken())
+			return Errors{{Line: at.line, Column: at.col, Msg: "invalid YAML: " + yerr.GetMessage()}}
+		}
+		return Errors{{Msg: "invalid YAML: " + err.Error()}}
+	}
+	var body ast.Node
+	for _, doc := range file.Docs {
+		if doc == nil || doc.Body == nil {
+			continue
+		}
+		if _, isComment := doc.Body.(*ast.CommentGroupNode); isComment {
+			continue
+		}
+		if body != nil {
+			at := d.at(doc.Body)
+			return Errors{{Line: at.line, Column: at.col, Msg: "a configuration file holds one YAML document, found more"}}
+		}
+		body = doc.Body
+	}
+	if body == nil {
+		return nil
+	}
+	d.collectAnchors(body, 0)
+	d.decode(body, reflect.ValueOf(cfg).Elem(), "")
+	return nil
+}
+
+// Default returns the configuration that an empty file means (before
+// validation, which then asks for database.url and routes).
+func Default() *Config {
+	return &Config{
+		Database: Database{
+			Type:        "postgresql",
+			OutboxTable: "outbox",
+		},
+		Relay: Relay{
+			BatchSize:       100,
+			Concurrency:     16,
+			InflightBatches: 2,
+			PollInterval:    Duration(100 * time.Millisecond),
+			Lease:           Duration(30 * time.Second),
+			MaxAttempts:     5,
+			Backoff: Backoff{
+				Base:   Duration(time.Second),
+				Max:    Duration(60 * time.Second),
+				Jitter: 0.25,
+			},
+			ShutdownTimeout: Duration(10 * time.Second),
+			OnDead:          "release",
+		},
+		Server: Server{Listen: "127.0.0.1:9090"},
+		Log:    Log{Format: "text", Level: "info"},
+	}
+}
+
+// Default values that depend on other settings.
+const (
+	defaultReapInterval = 5 * time.Second
+	defaultTimeout      = 10 * time.Second
+	defaultKafkaKey     = "{{ key }}"
+	defaultAMQPRouting  = "{{ topic }}"
+	defaultExchangeType = "topic"
+	redactedPlaceholder = redact.Mask
+)
+
+// applyDerivedDefaults fills defaults that depend on what the file set:
+// relay.reapInterval (half the lease, at most 5s) and the per-type
+// destination defaults, for keys the file does not name.
+func (v *validator) applyDerivedDefaults() {
+	r := &v.cfg.Relay
+	if _, set := v.seen["relay.reapInterval"]; !set {
+		r.ReapInterval = Duration(min(defaultReapInterval, r.Lease.D()/2))
+	}
+	for name, dst := range v.cfg.Destinations {
+		p := "destinations." + name + "."
+		if _, set := v.seen[p+"timeout"]; !set {
+			dst.Timeout = Duration(defaultTimeout)
+		}
+		switch dst.Type {
+		case "kafka":
+			if _, set := v.seen[p+"key"]; !set {
+				dst.Key = defaultKafkaKey
+			}
+		case "amqp":
+			if _, set := v.seen[p+"routingKey"]; !set {
+				dst.RoutingKey = defaultAMQPRouting
+			}
+			if _, set := v.seen[p+"exchangeType"]; !set {
+				dst.ExchangeType = defaultExchangeType
+			}
+		}
+		v.cfg.Destinations[name] = dst
+	}
+}
+
+// Warnings returns problems that do not stop the relay, such as a
+// destination no route uses or a route that can never match, one per line
+// in the form "line:col: path: message".
+func (c *Config) Warnings() []string { return append([]string(nil), c.warnings...) }
+
+// fromShorthand maps the values of subjectFrom, topicFrom and exchangeFrom
+// to the template they stand for.
+var fromShorthand = map[string]string{
+	"aggregate_type": "{{ aggregateType }}",
+	"topic":          "{{ topic }}",
+	"key":            "{{ key }}",
+}
+
+var fromNames = []string{"aggregate_type", "topic", "key"}
+
+// AddressTemplate returns the template of the destination's main address,
+// with the *From shorthands resolved: the NATS subject, the HTTP URL, the
+// Kafka topic or the AMQP exchange. The second address of Kafka (the record
+// key) and AMQP (the routing key) is in Key and RoutingKey, defaulted by
+// Parse.
+func (d Destination) AddressTemplate() string {
+	pick := func(tmpl, from string) string {
+		if from != "" {
+			return fromShorthand[from]
+		}
+		return tmpl
+	}
+	switch d.Type {
+	case "nats":
+		return pick(d.Subject, d.SubjectFrom)
+	case "http":
+		return d.URL
+	case "kafka":
+		return pick(d.Topic, d.TopicFrom)
+	case "amqp":
+		return pick(d.Exchange, d.ExchangeFrom)
+	}
+	return ""
+}
+
+// Secrets returns every secret literal in the configuration (passwords in
+// URLs, tokens, HTTP credentials and sensitive header values), for
+// redact.String to remove from log lines and last_error.
+func (c *Config) Secrets() []string {
+	var out []string
+	add := func(s string) {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	add(urlPassword(c.Database.URL))
+	for _, kv := range strings.Fields(c.Database.URL) {
+		if k, val, ok := strings.Cut(kv, "="); ok && strings.EqualFold(k, "password") {
+			add(strings.Trim(val, "'"))
+		}
+	}
+	for _, name := range sortedKeys(c.Destinations) {
+		d := c.Destinations[name]
+		add(urlPassword(d.URL))
+		for _, s := range d.Servers {
+			add(urlPassword(s))
+		}
+		add(d.Token)
+		if d.Auth != nil {
+			add(d.Auth.Bearer)
+			add(d.Auth.Password)
+		}
+		for h, val := range d.Headers {
+			if sensitiveHeader(h) {
+				add(val)
+			}
+		}
+	}
+	return out
+}
+
+// urlPassword returns the password in the userinfo of a URL-like string.
+func urlPassword(s string) string {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return ""
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return ""
+	}
+	_, pw, ok := strings.Cut(rest[:at], ":")
+	if !ok {
+		return ""
+	}
+	return pw
+}
+
+func sensitiveHeader(name string) bool {
+	n := strings.ToLower(name)
+	for _, s := range []string{"auth", "token", "key", "secret", "cookie", "password", "signature"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Redacted returns a deep copy of c with every secret replaced by
+// "xxxxx": URL passwords, tokens, HTTP credentials and sensitive header
+// values. It is what String prints and what may be logged.
+func (c *Config) Redacted() *Config {
+	out := *c
+	secrets := c.Secrets()
+	out.warnings = nil
+	out.Database.URL = redact.String(c.Database.URL, secrets...)
+	out.Database.Columns = cloneMap(c.Database.Columns)
+	out.Database.States = cloneMap(c.Database.States)
+	out.Routes = append([]Route(nil), c.Routes...)
+	if c.Destinations != nil {
+		out.Destinations = make(map[string]Destination, len(c.Destinations))
+	}
+	for name, d := range c.Destinations {
+		d.URL = redact.String(d.URL, secrets...)
+		d.Servers = append([]string(nil), d.Servers...)
+		for i, s := range d.Servers {
+			d.Servers[i] = redact.String(s, secrets...)
+		}
+		d.Brokers = append([]string(nil), d.Brokers...)
+		d.StreamSubjects = append([]string(nil), d.StreamSubjects...)
+		if d.Token != "" {
+			d.Token = redactedPlaceholder
+		}
+		if d.Auth != nil {
+			a := *d.Auth
+			if a.Bearer != "" {
+				a.Bearer = redactedPlaceholder
+			}
+			if a.Password != "" {
+				a.Password = redactedPlaceholder
+			}
+			d.Auth = &a
+		}
+		if d.Headers != nil {
+			h := make(map[string]string, len(d.Headers))
+			for k, val := range d.Headers {
+				if sensitiveHeader(k) {
+					val = redactedPlaceholder
+				}
+				h[k] = redact.String(val, secrets...)
+			}
+			d.Headers = h
+		}
+		if d.TLS != nil {
+			t := *d.TLS
+			d.TLS = &t
+		}
+		out.Destinations[name] = d
+	}
+	return &out
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// String returns the effective configuration as YAML, with secrets
+// redacted.
+func (c *Config) String() string {
+	b, err := yaml.MarshalWithOptions(c.Redacted(), yaml.Indent(2), yaml.IndentSequence(true))
+	if err != nil {
+		return fmt.Sprintf("<config: %v>", err)
+	}
+	return string(b)
+}

@@ -1,0 +1,500 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.bad.yaml.err from the current output")
+
+// testEnv is the only environment the golden tests see.
+func testEnv(name string) (string, bool) {
+	env := map[string]string{
+		"DATABASE_URL": "postgres://queuebox:env-secret@127.0.0.1:5432/queuebox",
+	}
+	v, ok := env[name]
+	return v, ok
+}
+
+func TestBadConfigs(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/*.bad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no testdata/*.bad.yaml")
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".bad.yaml"), func(t *testing.T) {
+			t.Parallel()
+			_, err := load(file, testEnv)
+			if err == nil {
+				t.Fatalf("%s loaded without error", file)
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error is %T, not Errors: %v", err, err)
+			}
+			got := err.Error() + "\n"
+			golden := file + ".err"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./config -run TestBadConfigs -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("error for %s:\n got: %s\nwant: %s", file, got, want)
+			}
+			if strings.Contains(got, "secret@") || strings.Contains(got, "env-secret") {
+				t.Errorf("error text contains a secret: %s", got)
+			}
+		})
+	}
+}
+
+func TestGoodConfig(t *testing.T) {
+	t.Parallel()
+	cfg, err := load("testdata/good.yaml", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Warnings(); len(got) != 0 {
+		t.Errorf("warnings: %q", got)
+	}
+	want := &Config{
+		Database: Database{
+			Type:        "postgresql",
+			URL:         "postgres://queuebox:secret@127.0.0.1:5432/queuebox?sslmode=disable",
+			OutboxTable: "messaging.outbox",
+			Columns:     map[string]string{"aggregate_type": "kind"},
+			States:      map[string]string{"dead": "failed"},
+			MaxConns:    8,
+		},
+		Relay: Relay{
+			BatchSize: 50, Concurrency: 8, InflightBatches: 3,
+			PollInterval: Duration(250 * time.Millisecond), Lease: Duration(time.Minute), MaxAttempts: 7,
+			Backoff:         Backoff{Base: Duration(500 * time.Millisecond), Max: Duration(2 * time.Minute), Jitter: 0.1},
+			ShutdownTimeout: Duration(20 * time.Second), ReapInterval: Duration(5 * time.Second), OnDead: "hold",
+		},
+		Server: Server{Listen: "0.0.0.0:9091"},
+		Log:    Log{Format: "json", Level: "debug"},
+		Destinations: map[string]Destination{
+			"events": {
+				Type: "nats", Servers: []string{"nats://127.0.0.1:4222", "nats://127.0.0.1:4223"},
+				SubjectFrom: "topic", Stream: "EVENTS", StreamCreate: true, StreamSubjects: []string{"order.>"},
+				Token: "s3cr3t-nats-token", Timeout: Duration(10 * time.Second), TLS: &TLS{CAFile: "/etc/queuebox/ca.pem"},
+			},
+			"hooks": {
+				Type: "http", URL: "https://hooks.example.com/in/{{ topic }}", Timeout: Duration(5 * time.Second),
+				Headers: map[string]string{"X-Source": "queuebox", "X-Api-Key": "k3y-for-hooks"},
+				Auth:    &Auth{Bearer: "b3arer-token-value"},
+			},
+			"ledger": {
+				Type: "kafka", Brokers: []string{"127.0.0.1:9092"}, TopicFrom: "aggregate_type", Key: "{{ key }}",
+				Timeout: Duration(10 * time.Second),
+			},
+			"billing": {
+				Type: "amqp", URL: "amqp://guest:gu3st-pass@127.0.0.1:5672/", Exchange: "billing.{{ aggregateType }}",
+				ExchangeType: "direct", RoutingKey: "{{ topic }}", Concurrency: 4, Timeout: Duration(10 * time.Second),
+				TLS: &TLS{CAFile: "/etc/queuebox/ca.pem"},
+			},
+		},
+		Routes: []Route{
+			{TopicPattern: "order.**", Destination: "events"},
+			{TopicPattern: "invoice.*", Destination: "ledger"},
+			{TopicPattern: "payment.*", Destination: "billing"},
+			{TopicPattern: "**", Destination: "hooks"},
+		},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("got  %#v\nwant %#v", cfg, want)
+	}
+	addr := map[string]string{
+		"events":  "{{ topic }}",
+		"hooks":   "https://hooks.example.com/in/{{ topic }}",
+		"ledger":  "{{ aggregateType }}",
+		"billing": "billing.{{ aggregateType }}",
+	}
+	for name, want := range addr {
+		if got := cfg.Destinations[name].AddressTemplate(); got != want {
+			t.Errorf("%s.AddressTemplate() = %q, want %q", name, got, want)
+		}
+	}
+}
+
+const minimal = `
+database:
+  url: postgres://u:pw@db/app
+destinations:
+  events:
+    type: nats
+    servers: [nats://127.0.0.1:4222]
+    subject: "{{ topic }}"
+routes:
+  - topicPattern: "**"
+    destination: events
+`
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse([]byte(minimal), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Relay.ReapInterval = Duration(5 * time.Second)
+	if !reflect.DeepEqual(cfg.Relay, want.Relay) {
+		t.Errorf("relay = %+v, want %+v", cfg.Relay, want.Relay)
+	}
+	checks := map[string][2]any{
+		"database.type":        {cfg.Database.Type, "postgresql"},
+		"database.outboxTable": {cfg.Database.OutboxTable, "outbox"},
+		"relay.batchSize":      {cfg.Relay.BatchSize, 100},
+		"relay.concurrency":    {cfg.Relay.Concurrency, 16},
+		"relay.inflight":       {cfg.Relay.InflightBatches, 2},
+		"relay.pollInterval":   {cfg.Relay.PollInterval.D(), 100 * time.Millisecond},
+		"relay.lease":          {cfg.Relay.Lease.D(), 30 * time.Second},
+		"relay.maxAttempts":    {cfg.Relay.MaxAttempts, 5},
+		"backoff.base":         {cfg.Relay.Backoff.Base.D(), time.Second},
+		"backoff.max":          {cfg.Relay.Backoff.Max.D(), time.Minute},
+		"backoff.jitter":       {cfg.Relay.Backoff.Jitter, 0.25},
+		"shutdownTimeout":      {cfg.Relay.ShutdownTimeout.D(), 10 * time.Second},
+		"onDead":               {cfg.Relay.OnDead, "release"},
+		"server.listen":        {cfg.Server.Listen, "127.0.0.1:9090"},
+		"log.format":           {cfg.Log.Format, "text"},
+		"log.level":            {cfg.Log.Level, "info"},
+		"events.timeout":       {cfg.Destinations["events"].Timeout.D(), 10 * time.Second},
+	}
+	for name, c := range checks {
+		if c[0] != c[1] {
+			t.Errorf("%s = %v, want %v", name, c[0], c[1])
+		}
+	}
+
+	// reapInterval follows a short lease; kafka and amqp get their defaults.
+	cfg, err = Parse([]byte(minimal+`
+relay:
+  lease: 4s
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Relay.ReapInterval.D(); got != 2*time.Second {
+		t.Errorf("reapInterval with a 4s lease = %v, want 2s", got)
+	}
+	cfg, err = Parse([]byte(`
+database: {url: "postgres://db/app"}
+destinations:
+  k: {type: kafka, brokers: ["b:9092"], topicFrom: topic}
+  a: {type: amqp, url: "amqp://h/", exchangeFrom: key}
+routes:
+  - {topicPattern: "a.**", destination: k}
+  - {topicPattern: "**", destination: a}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := cfg.Destinations["k"]; k.Key != "{{ key }}" || k.AddressTemplate() != "{{ topic }}" {
+		t.Errorf("kafka = %+v", k)
+	}
+	if a := cfg.Destinations["a"]; a.RoutingKey != "{{ topic }}" || a.ExchangeType != "topic" || a.AddressTemplate() != "{{ key }}" {
+		t.Errorf("amqp = %+v", a)
+	}
+}
+
+func TestExplicitZeroIsNotDefaulted(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte(minimal+"relay:\n  concurrency: 0\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "relay.concurrency: must be positive, got 0") {
+		t.Errorf("err = %v", err)
+	}
+	// An empty section keeps the defaults.
+	cfg, err := Parse([]byte(minimal+"relay:\nserver:\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Relay.BatchSize != 100 || cfg.Server.Listen != "127.0.0.1:9090" {
+		t.Errorf("empty sections lost the defaults: %+v %+v", cfg.Relay, cfg.Server)
+	}
+}
+
+func TestEnvExpansion(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DB": "postgres://u:p@db/app", "EMPTY": "", "BATCH": "250", "SUBJ": "events"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	src := `
+# ${NOT_SET} in a comment is left alone
+database:
+  url: ${DB}
+  outboxTable: ${TABLE:-outbox_v2}   # default when unset
+relay:
+  batchSize: ${BATCH}
+  onDead: ${EMPTY:-hold}             # default when empty
+destinations:
+  events:
+    type: nats
+    servers: ["nats://127.0.0.1:4222"]
+    subject: "${SUBJ}.{{ topic }}.$$x"
+routes:
+  - {topicPattern: "**", destination: events}
+`
+	cfg, err := Parse([]byte(src), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Database.URL != env["DB"] || cfg.Database.OutboxTable != "outbox_v2" || cfg.Relay.BatchSize != 250 ||
+		cfg.Relay.OnDead != "hold" || cfg.Destinations["events"].Subject != "events.{{ topic }}.$x" {
+		t.Errorf("expansion wrong: %+v %+v %+v", cfg.Database, cfg.Relay, cfg.Destinations["events"])
+	}
+}
+
+func TestEnvExpansionErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ src, want string }{
+		{"a: ${NOPE}\nb: ${ALSO}\n", "1:4: environment variable NOPE is not set (use ${NOPE:-default} to give a default)\n" +
+			"2:4: environment variable ALSO is not set (use ${ALSO:-default} to give a default)"},
+		{"a: ${1BAD}\n", `1:4: invalid variable name in "${1BAD}" (want ${NAME} or ${NAME:-default}; write $$ for a literal $)`},
+		{"a: ${OPEN\n", `1:4: unclosed "${" (write $$ for a literal $)`},
+		{"a: ${MULTI}\n", "1:4: environment variable MULTI contains a line break, which a configuration value cannot hold"},
+	}
+	lookup := func(k string) (string, bool) {
+		if k == "MULTI" {
+			return "a\nb", true
+		}
+		return "", false
+	}
+	for _, tt := range tests {
+		_, err := Parse([]byte(tt.src), lookup)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("Parse(%q) error:\n got %v\nwant %s", tt.src, err, tt.want)
+		}
+	}
+}
+
+// Columns of errors after an expansion point at the file as written.
+func TestErrorColumnsAfterExpansion(t *testing.T) {
+	t.Parallel()
+	src := "relay: {lease: ${L}, batchSize: x}\n"
+	_, err := Parse([]byte(src), func(string) (string, bool) { return "30s", true })
+	want := `1:33: relay.batchSize: expected an integer, got "x"`
+	if err == nil || err.Error() != want {
+		t.Errorf("err = %v, want %s", err, want)
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse([]byte(minimal+`  - topicPattern: "order.*"
+    destination: spare
+destinations:
+  spare:
+    type: http
+    url: http://127.0.0.1/x
+  unused:
+    type: http
+    url: http://127.0.0.1/y
+`), nil)
+	if err == nil {
+		t.Fatal("a second destinations key must be a duplicate-key error")
+	}
+	cfg, err = Parse([]byte(`
+database: {url: "postgres://db/app"}
+destinations:
+  events: {type: nats, servers: ["nats://h:4222"], subject: "{{ topic }}"}
+  unused: {type: http, url: "http://127.0.0.1/y"}
+routes:
+  - {topicPattern: "order.**", destination: events}
+  - {topicPattern: "order.created", destination: events}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`5:3: destinations.unused: not used by any route`,
+		`8:5: routes[1]: never matches: routes[0] ("order.**") takes every topic of "order.created" first`,
+	}
+	if got := cfg.Warnings(); !reflect.DeepEqual(got, want) {
+		t.Errorf("warnings:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestRedacted(t *testing.T) {
+	t.Parallel()
+	cfg, err := load("testdata/good.yaml", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{"secret@", "s3cr3t-nats-token", "k3y-for-hooks", "b3arer-token-value", "gu3st-pass"}
+	text := cfg.String()
+	for _, s := range secrets {
+		if strings.Contains(text, s) {
+			t.Errorf("String() contains %q:\n%s", s, text)
+		}
+	}
+	for _, s := range []string{"postgres://queuebox:xxxxx@127.0.0.1:5432/queuebox", "amqp://guest:xxxxx@127.0.0.1:5672/", "X-Source: queuebox", "lease: 1m0s"} {
+		if !strings.Contains(text, s) {
+			t.Errorf("String() lacks %q:\n%s", s, text)
+		}
+	}
+	// Redacted is a copy: the original keeps its secrets.
+	if cfg.Destinations["hooks"].Auth.Bearer != "b3arer-token-value" || cfg.Destinations["hooks"].Headers["X-Api-Key"] != "k3y-for-hooks" {
+		t.Error("Redacted changed the original")
+	}
+	got := cfg.Secrets()
+	for _, s := range []string{"secret", "s3cr3t-nats-token", "k3y-for-hooks", "b3arer-token-value", "gu3st-pass"} {
+		if !contains(got, s) {
+			t.Errorf("Secrets() = %q lacks %q", got, s)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSecretsFromKeywordDSN(t *testing.T) {
+	t.Parallel()
+	c := &Config{Database: Database{URL: "host=db user=app password=hunter22 dbname=x"}}
+	if got := c.Secrets(); !contains(got, "hunter22") {
+		t.Errorf("Secrets() = %q", got)
+	}
+	if s := c.String(); strings.Contains(s, "hunter22") {
+		t.Errorf("String() leaks: %s", s)
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join("..", "config.example.yaml")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("no %s", path)
+	}
+	cfg, err := load(path, testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Destinations) == 0 || len(cfg.Routes) == 0 {
+		t.Errorf("example has no destinations or routes")
+	}
+	if w := cfg.Warnings(); len(w) > 0 {
+		t.Errorf("example has warnings: %q", w)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	t.Parallel()
+	var d Duration
+	if err := d.UnmarshalText([]byte("250ms")); err != nil || d.D() != 250*time.Millisecond {
+		t.Errorf("UnmarshalText = %v, %v", d, err)
+	}
+	err := d.UnmarshalText([]byte("30"))
+	if err == nil || err.Error() != `invalid duration "30": time: missing unit in duration "30" (write e.g. 30s)` {
+		t.Errorf("err = %v", err)
+	}
+	if b, _ := Duration(90 * time.Second).MarshalText(); string(b) != "1m30s" {
+		t.Errorf("MarshalText = %s", b)
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want string
+	}{
+		{"batchsize", "batchSize"},
+		{"hookz", "hooks"},
+		{"relays", "relay"},
+		{"subjekt", "subject"},
+		{"zzzzzz", ""},
+	}
+	for _, tt := range tests {
+		got, _ := suggest(tt.in, []string{"batchSize", "hooks", "relay", "subject", "routes"})
+		if got != tt.want {
+			t.Errorf("suggest(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, glob := range []string{"testdata/*.yaml", "../config.example.yaml"} {
+		files, _ := filepath.Glob(glob)
+		for _, file := range files {
+			if data, err := os.ReadFile(file); err == nil {
+				f.Add(data)
+			}
+		}
+	}
+	f.Add([]byte(minimal))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data, testEnv)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error text")
+			}
+			return
+		}
+		_ = cfg.String()
+		_ = cfg.Warnings()
+		for _, d := range cfg.Destinations {
+			_ = d.AddressTemplate()
+		}
+	})
+}
+
+func TestMergeKeyBombIsBounded(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("x0: &a0 {type: nats}\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&b, "x%d: &a%d {<<: [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]}\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
+	}
+	b.WriteString("destinations:\n  d:\n    <<: *a9\n")
+	start := time.Now()
+	_, err := Parse([]byte(b.String()), nil)
+	if err == nil || !strings.Contains(err.Error(), "merge keys (<<) expand to more than") {
+		t.Errorf("err = %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Parse took %v", d)
+	}
+}
+
+func TestMergeKeys(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse([]byte(`
+database: {url: "postgres://db/app"}
+destinations:
+  a: &base {type: http, url: "http://h/a", timeout: 3s}
+  b:
+    <<: *base
+    url: http://h/b
+routes:
+  - {topicPattern: "a.**", destination: a}
+  - {topicPattern: "**", destination: b}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := cfg.Destinations["b"]; b.Type != "http" || b.URL != "http://h/b" || b.Timeout.D() != 3*time.Second {
+		t.Errorf("b = %+v", b)
+	}
+}

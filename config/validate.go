@@ -1,0 +1,378 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/queuebox/queuebox/router"
+)
+
+// validator checks a decoded configuration. seen holds the position of
+// every key the file wrote, so that messages point at the line and so that
+// "absent" and "zero" can be told apart.
+type validator struct {
+	cfg   *Config
+	seen  map[string]pos
+	errs  problems
+	warns problems
+}
+
+// where returns the position of path, or of its nearest written parent.
+func (v *validator) where(path string) pos {
+	for p := path; p != ""; {
+		if at, ok := v.seen[p]; ok {
+			return at
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return pos{}
+}
+
+func (v *validator) fail(path, format string, args ...any) {
+	v.errs.add(v.where(path), path, format, args...)
+}
+
+func (v *validator) warn(path, format string, args ...any) {
+	v.warns.add(v.where(path), path, format, args...)
+}
+
+func (v *validator) set(path string) bool {
+	_, ok := v.seen[path]
+	return ok
+}
+
+func (v *validator) run() {
+	v.applyDerivedDefaults()
+	v.database()
+	v.relay()
+	v.server()
+	v.log()
+	v.destinations()
+	v.routes()
+}
+
+// oneOf checks that val is one of allowed, suggesting the near miss.
+func (v *validator) oneOf(path, val string, allowed ...string) bool {
+	if slices.Contains(allowed, val) {
+		return true
+	}
+	if val == "" {
+		v.fail(path, "required: one of %s", strings.Join(allowed, ", "))
+		return false
+	}
+	msg := fmt.Sprintf("must be one of %s, got %q", strings.Join(allowed, ", "), val)
+	if c, ok := suggest(val, allowed); ok {
+		msg = fmt.Sprintf("must be one of %s, got %q (did you mean %q?)", strings.Join(allowed, ", "), val, c)
+	}
+	v.fail(path, "%s", msg)
+	return false
+}
+
+var (
+	identifier      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	tableName       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+	logicalColumns  = []string{"id", "topic", "key", "payload", "headers", "aggregate_type", "state", "attempt", "max_attempts", "scheduled_at", "created_at", "updated_at", "claimed_at", "lease_expires_at", "claim_token", "last_error", "sequence"}
+	logicalStates   = []string{"pending", "processing", "sent", "dead"}
+	destinationType = []string{"nats", "http", "kafka", "amqp"}
+)
+
+func (v *validator) database() {
+	db := &v.cfg.Database
+	v.oneOf("database.type", db.Type, "postgresql", "sqlserver")
+	if strings.TrimSpace(db.URL) == "" {
+		v.fail("database.url", "required (the connection URL, usually ${DATABASE_URL})")
+	}
+	if !tableName.MatchString(db.OutboxTable) {
+		v.fail("database.outboxTable", "must be a table name, optionally schema-qualified (schema.table), of letters, digits and _, got %q", db.OutboxTable)
+	}
+	if db.MaxConns < 0 {
+		v.fail("database.maxConns", "must be 0 (derived) or positive, got %d", db.MaxConns)
+	}
+	for _, k := range sortedKeys(db.Columns) {
+		p := "database.columns." + k
+		if !slices.Contains(logicalColumns, k) {
+			v.fail(p, "unknown column%s (known: %s)", didYouMean(k, logicalColumns), strings.Join(logicalColumns, ", "))
+			continue
+		}
+		if !identifier.MatchString(db.Columns[k]) {
+			v.fail(p, "must be a column name of letters, digits and _, got %q", db.Columns[k])
+		}
+	}
+	values := map[string]string{}
+	for _, k := range sortedKeys(db.States) {
+		p := "database.states." + k
+		if !slices.Contains(logicalStates, k) {
+			v.fail(p, "unknown state%s (known: %s)", didYouMean(k, logicalStates), strings.Join(logicalStates, ", "))
+			continue
+		}
+		val := db.States[k]
+		if val == "" {
+			v.fail(p, "must not be empty")
+			continue
+		}
+		if other, dup := values[val]; dup {
+			v.fail(p, "value %q is also used by state %s", val, other)
+		}
+		values[val] = k
+	}
+}
+
+func (v *validator) positive(path string, n int) {
+	if n <= 0 {
+		v.fail(path, "must be positive, got %d", n)
+	}
+}
+
+func (v *validator) positiveDuration(path string, d Duration) {
+	if d <= 0 {
+		v.fail(path, "must be a positive duration, got %s", d)
+	}
+}
+
+func (v *validator) relay() {
+	r := &v.cfg.Relay
+	v.positive("relay.batchSize", r.BatchSize)
+	v.positive("relay.concurrency", r.Concurrency)
+	v.positive("relay.inflightBatches", r.InflightBatches)
+	v.positive("relay.maxAttempts", r.MaxAttempts)
+	v.positiveDuration("relay.pollInterval", r.PollInterval)
+	v.positiveDuration("relay.lease", r.Lease)
+	v.positiveDuration("relay.shutdownTimeout", r.ShutdownTimeout)
+	v.positiveDuration("relay.reapInterval", r.ReapInterval)
+	v.positiveDuration("relay.backoff.base", r.Backoff.Base)
+	v.positiveDuration("relay.backoff.max", r.Backoff.Max)
+	if r.Backoff.Base > 0 && r.Backoff.Max > 0 && r.Backoff.Max < r.Backoff.Base {
+		v.fail("relay.backoff.max", "must be at least relay.backoff.base (%s), got %s", r.Backoff.Base, r.Backoff.Max)
+	}
+	if j := r.Backoff.Jitter; !(j >= 0 && j <= 1) || math.IsNaN(j) {
+		v.fail("relay.backoff.jitter", "must be between 0 and 1, got %v", j)
+	}
+	v.oneOf("relay.onDead", r.OnDead, "release", "hold")
+	if r.Lease > 0 && r.PollInterval >= r.Lease {
+		v.warn("relay.pollInterval", "%s is not shorter than relay.lease (%s)", r.PollInterval, r.Lease)
+	}
+}
+
+func (v *validator) server() {
+	if l := v.cfg.Server.Listen; l != "" {
+		if _, _, err := net.SplitHostPort(l); err != nil {
+			v.fail("server.listen", "must be host:port (or empty for no server), got %q", l)
+		}
+	}
+}
+
+func (v *validator) log() {
+	v.oneOf("log.format", v.cfg.Log.Format, "text", "json")
+	v.oneOf("log.level", v.cfg.Log.Level, "debug", "info", "warn", "error")
+}
+
+// Keys every destination may have, and keys of each type.
+var (
+	commonKeys = []string{"type", "concurrency", "timeout", "tls"}
+	typeKeys   = map[string][]string{
+		"nats":  {"servers", "subject", "subjectFrom", "stream", "createStream", "streamSubjects", "credsFile", "token", "maxPending"},
+		"http":  {"url", "headers", "auth"},
+		"kafka": {"brokers", "topic", "topicFrom", "key"},
+		"amqp":  {"url", "exchange", "exchangeFrom", "exchangeType", "routingKey"},
+	}
+	reservedHeaders = []string{"X-Message-Id", "Idempotency-Key", "X-Topic", "X-Attempt", "X-Message-Key", "Content-Type"}
+	headerName      = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
+)
+
+func article(typ string) string {
+	if typ == "http" || typ == "amqp" {
+		return "an"
+	}
+	return "a"
+}
+
+func (v *validator) destinations() {
+	if len(v.cfg.Destinations) == 0 {
+		v.fail("destinations", "at least one destination is required")
+		return
+	}
+	_, allKeys := yamlFields(destinationStructType)
+	for _, name := range sortedKeys(v.cfg.Destinations) {
+		d := v.cfg.Destinations[name]
+		p := "destinations." + name
+		if name == "" {
+			v.fail(p, "a destination needs a name")
+		}
+		if !v.oneOf(p+".type", d.Type, destinationType...) {
+			continue
+		}
+		allowed := append(append([]string(nil), commonKeys...), typeKeys[d.Type]...)
+		for _, k := range allKeys {
+			if v.set(p+"."+k) && !slices.Contains(allowed, k) {
+				v.fail(p+"."+k, "not a key of %s %s destination", article(d.Type), d.Type)
+			}
+		}
+		if d.Concurrency < 0 {
+			v.fail(p+".concurrency", "must be 0 (relay.concurrency) or positive, got %d", d.Concurrency)
+		}
+		v.positiveDuration(p+".timeout", d.Timeout)
+		if d.TLS != nil && (d.TLS.CertFile == "") != (d.TLS.KeyFile == "") {
+			v.fail(p+".tls", "certFile and keyFile go together")
+		}
+		switch d.Type {
+		case "nats":
+			v.list(p+".servers", d.Servers, "nats://127.0.0.1:4222")
+			v.address(p, "subject", d.Subject, "subjectFrom", d.SubjectFrom)
+			if d.MaxPending < 0 {
+				v.fail(p+".maxPending", "must be 0 (default) or positive, got %d", d.MaxPending)
+			}
+			if (d.StreamCreate || len(d.StreamSubjects) > 0) && d.Stream == "" {
+				v.fail(p+".stream", "required with createStream or streamSubjects")
+			}
+		case "http":
+			v.template(p+".url", d.URL, true)
+			if d.URL != "" && !hasScheme(d.URL, "http", "https") {
+				v.fail(p+".url", "must be an http:// or https:// URL")
+			}
+			v.headers(p, d.Headers)
+			if a := d.Auth; a != nil && a.Bearer != "" && (a.Username != "" || a.Password != "") {
+				v.fail(p+".auth", "set bearer or username/password, not both")
+			}
+			if a := d.Auth; a != nil && a.Password != "" && a.Username == "" {
+				v.fail(p+".auth.username", "required with auth.password")
+			}
+		case "kafka":
+			v.list(p+".brokers", d.Brokers, "127.0.0.1:9092")
+			for i, b := range d.Brokers {
+				if _, _, err := net.SplitHostPort(b); b != "" && err != nil {
+					v.fail(fmt.Sprintf("%s.brokers[%d]", p, i), "must be host:port, got %q", b)
+				}
+			}
+			v.address(p, "topic", d.Topic, "topicFrom", d.TopicFrom)
+			v.template(p+".key", d.Key, false)
+		case "amqp":
+			if d.URL == "" {
+				v.fail(p+".url", "required")
+			} else if !hasScheme(d.URL, "amqp", "amqps") {
+				v.fail(p+".url", "must be an amqp:// or amqps:// URL")
+			}
+			v.address(p, "exchange", d.Exchange, "exchangeFrom", d.ExchangeFrom)
+			v.oneOf(p+".exchangeType", d.ExchangeType, "direct", "fanout", "topic", "headers")
+			v.template(p+".routingKey", d.RoutingKey, false)
+		}
+	}
+}
+
+func hasScheme(u string, schemes ...string) bool {
+	for _, s := range schemes {
+		if len(u) > len(s)+3 && strings.EqualFold(u[:len(s)+3], s+"://") {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *validator) list(path string, items []string, example string) {
+	if len(items) == 0 {
+		v.fail(path, "required: a list such as [%s]", example)
+	}
+	for i, s := range items {
+		if strings.TrimSpace(s) == "" {
+			v.fail(fmt.Sprintf("%s[%d]", path, i), "must not be empty")
+		}
+	}
+}
+
+// address checks a template key and its *From shorthand: exactly one set,
+// the shorthand one of aggregate_type|topic|key, the template valid.
+func (v *validator) address(p, key, tmpl, fromKey, from string) {
+	tmplSet, fromSet := v.set(p+"."+key), v.set(p+"."+fromKey)
+	switch {
+	case tmplSet && fromSet:
+		v.fail(p+"."+fromKey, "cannot be used together with %s (set one of them)", key)
+	case fromSet:
+		if _, ok := fromShorthand[from]; !ok {
+			msg := fmt.Sprintf("must be one of %s, got %q", strings.Join(fromNames, ", "), from)
+			v.fail(p+"."+fromKey, "%s%s", msg, didYouMean(from, fromNames))
+		}
+	case tmplSet:
+		v.template(p+"."+key, tmpl, true)
+	default:
+		v.fail(p+"."+key, "required (or %s: aggregate_type|topic|key)", fromKey)
+	}
+}
+
+// template checks that s parses as an address template.
+func (v *validator) template(path, s string, required bool) {
+	if s == "" {
+		if required {
+			v.fail(path, "required")
+		}
+		return
+	}
+	if _, err := router.ParseTemplate(s); err != nil {
+		v.fail(path, "%v", err)
+	}
+}
+
+func (v *validator) headers(p string, h map[string]string) {
+	for _, k := range sortedKeys(h) {
+		path := p + ".headers." + k
+		if !headerName.MatchString(k) {
+			v.fail(path, "not a valid HTTP header name")
+			continue
+		}
+		for _, r := range reservedHeaders {
+			if strings.EqualFold(k, r) {
+				v.fail(path, "reserved: queuebox sets %s itself", r)
+			}
+		}
+		if strings.ContainsAny(h[k], "\r\n") {
+			v.fail(path, "a header value cannot hold a line break")
+		}
+	}
+}
+
+func (v *validator) routes() {
+	routes := v.cfg.Routes
+	if len(routes) == 0 {
+		v.fail("routes", "at least one route is required (for example topicPattern: \"**\" to a destination)")
+	}
+	names := sortedKeys(v.cfg.Destinations)
+	used := map[string]bool{}
+	var patterns []router.Pattern
+	var patternIdx []int
+	for i, r := range routes {
+		p := fmt.Sprintf("routes[%d]", i)
+		if r.TopicPattern == "" {
+			v.fail(p+".topicPattern", "required")
+		} else if pat, err := router.ParsePattern(r.TopicPattern); err != nil {
+			v.fail(p+".topicPattern", "%v", err)
+		} else {
+			for j, earlier := range patterns {
+				if earlier.Covers(pat) {
+					v.warn(p, "never matches: routes[%d] (%q) takes every topic of %q first", patternIdx[j], earlier.String(), pat.String())
+					break
+				}
+			}
+			patterns = append(patterns, pat)
+			patternIdx = append(patternIdx, i)
+		}
+		switch _, ok := v.cfg.Destinations[r.Destination]; {
+		case r.Destination == "":
+			v.fail(p+".destination", "required")
+		case !ok:
+			v.fail(p+".destination", "no destination %q%s", r.Destination, didYouMean(r.Destination, names))
+		default:
+			used[r.Destination] = true
+		}
+	}
+	for _, name := range names {
+		if !used[name] && len(routes) > 0 {
+			v.warn("destinations."+name, "not used by any route")
+		}
+	}
+}
