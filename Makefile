@@ -1,0 +1,56 @@
+# queuebox — run `make help` for the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/queuebox
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+# Integration tests use real PostgreSQL, NATS and RabbitMQ (see docs/testing.md).
+TEST_FLAGS ?= -count=1 -timeout 12m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/queuebox.
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/queuebox
+
+.PHONY: test
+test: ## Run the whole test suite (unit + integration against real services).
+	$(GO) vet ./...
+	$(GO) test $(TEST_FLAGS) -p 2 ./...
+
+.PHONY: test-race
+test-race: ## Run the test suite with the race detector.
+	$(GO) test $(TEST_FLAGS) -race -p 2 ./...
+
+.PHONY: test-sqlserver
+test-sqlserver: ## Run the dialect conformance suite against SQL Server (QUEUEBOX_TEST_SQLSERVER_URL or Docker).
+	$(GO) test $(TEST_FLAGS) -run SQLServer -v ./dialect/sqlserver/...
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 10s).
+	@for t in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include=*_test.go . | sed 's/func //' | sort -u); do \
+	  pkg=$$(grep -rlE "^func $$t\(" --include=*_test.go . | head -1 | xargs dirname); \
+	  echo "== $$pkg $$t"; $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$${FUZZTIME:-10s} $$pkg || exit 1; \
+	done
+
+.PHONY: lint
+lint: ## gofmt and go vet (and staticcheck when installed).
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
+
+.PHONY: bench
+bench: build ## Run the throughput/latency benchmark against local PostgreSQL and NATS.
+	$(GO) run ./cmd/queuebox bench $(BENCH_FLAGS)
+
+.PHONY: demo
+demo: build ## Run the demo pipeline (needs only a reachable PostgreSQL).
+	./$(BIN) demo
+
+.PHONY: services
+services: ## Start the local services the tests need, when they are down.
+	./.ci/services

@@ -1,0 +1,587 @@
+package main
+
+// End-to-end tests of the built binary against the real PostgreSQL and NATS
+// JetStream of this machine (internal/testenv), with an in-process HTTP
+// receiver. Each test owns its schema, stream, subjects and receiver.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/internal/testenv"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "queuebox-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "queuebox")
+	build := exec.Command("go", "build", "-o", binPath, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building queuebox:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one running queuebox process.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.Write(b)
+}
+
+func (p *proc) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+func startQueuebox(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, done: make(chan struct{})}
+	p.cmd = exec.Command(binPath, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start queuebox: %v", err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("queuebox %v output:\n%s", args, tail(p.Logs(), 40))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// stop sends sig and waits for the exit status.
+func (p *proc) stop(sig os.Signal, within time.Duration) int {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		p.t.Fatalf("queuebox did not exit within %v after %v", within, sig)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+var listenRE = regexp.MustCompile(`management server listening"? addr=(\S+)`)
+
+// managementAddr waits for the process to log its management address.
+func (p *proc) managementAddr() string {
+	p.t.Helper()
+	var addr string
+	testenv.Eventually(p.t, 20*time.Second, func() bool {
+		m := listenRE.FindStringSubmatch(p.Logs())
+		if m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	}, "queuebox logged no management address")
+	return addr
+}
+
+// receiver is an HTTP endpoint that records every accepted delivery.
+type receiver struct {
+	mu    sync.Mutex
+	got   []delivery
+	delay time.Duration
+	srv   *httptest.Server
+}
+
+type delivery struct {
+	ID, Key, Topic, Attempt string
+	N                       int
+}
+
+func newReceiver(t *testing.T, delay time.Duration) *receiver {
+	r := &receiver{delay: delay}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var body struct {
+			N int `json:"n"`
+		}
+		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if r.delay > 0 {
+			time.Sleep(r.delay)
+		}
+		r.mu.Lock()
+		r.got = append(r.got, delivery{ID: req.Header.Get("X-Message-Id"), Key: req.Header.Get("X-Message-Key"),
+			Topic: req.Header.Get("X-Topic"), Attempt: req.Header.Get("X-Attempt"), N: body.N})
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) deliveries() []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]delivery(nil), r.got...)
+}
+
+// world is one test's schema, stream and receiver.
+type world struct {
+	pg      *testenv.PG
+	natsURL string
+	subject string // subject prefix, e.g. qb1234
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	hooks   *receiver
+}
+
+func newWorld(t *testing.T, hookDelay time.Duration) *world {
+	t.Helper()
+	w := &world{pg: testenv.Postgres(t), natsURL: testenv.NATSURL(t)}
+	w.subject = testenv.UniqueName("qbe2e")
+	w.js, w.stream = testenv.NATSStream(t, w.natsURL, w.subject+".>")
+	w.hooks = newReceiver(t, hookDelay)
+	return w
+}
+
+// config writes a route file: order.* to JetStream, hook.* to HTTP.
+func (w *world) config(t *testing.T, relay string) string {
+	t.Helper()
+	yml := fmt.Sprintf(`database:
+  url: %q
+  outboxTable: %s.outbox
+relay:
+%s
+server:
+  listen: 127.0.0.1:0
+destinations:
+  events:
+    type: nats
+    servers: [%q]
+    subject: "%s.{{ topic }}"
+  hooks:
+    type: http
+    url: "%s/hooks/{{ topic }}"
+routes:
+  - topicPattern: "order.*"
+    destination: events
+  - topicPattern: "hook.*"
+    destination: hooks
+`, w.pg.URL, w.pg.Schema, indent(relay), w.natsURL, w.subject, w.hooks.srv.URL)
+	path := filepath.Join(t.TempDir(), "queuebox.yaml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func indent(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "  batchSize: 100"
+	}
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		b.WriteString("  " + strings.TrimSpace(l) + "\n")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// insert writes n rows over keys keys; row i of a key carries {"n": i}.
+// topicOf picks the topic from the row's number within its key.
+func insert(t *testing.T, pool *pgxpool.Pool, n, keys int, topicOf func(n int) string) {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	next := make([]int, keys)
+	const chunk = 1000
+	for done := 0; done < n; done += chunk {
+		var topics, ks, payloads []string
+		for i := done; i < min(done+chunk, n); i++ {
+			k := i % keys
+			topics = append(topics, topicOf(next[k]))
+			ks = append(ks, fmt.Sprintf("key-%03d", k))
+			payloads = append(payloads, fmt.Sprintf(`{"n": %d}`, next[k]))
+			next[k]++
+		}
+		_, err := pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload)
+			SELECT t, k, p::jsonb FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY u(t, k, p, o) ORDER BY o`,
+			topics, ks, payloads)
+		if err != nil {
+			t.Fatalf("insert: %v", err)
+		}
+	}
+}
+
+func countStates(t *testing.T, pool *pgxpool.Pool) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT state, count(*) FROM outbox GROUP BY state`)
+	if err != nil {
+		t.Fatalf("count states: %v", err)
+	}
+	defer rows.Close()
+	c := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		c[s] = n
+	}
+	return c
+}
+
+func waitAllSent(t *testing.T, pool *pgxpool.Pool, total int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		c := countStates(t, pool)
+		if c["sent"] == total {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: states %v, want %d sent", within, c, total)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rowIDs maps every row id to its key and topic.
+func rowIDs(t *testing.T, pool *pgxpool.Pool) map[string][2]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT id::text, key, topic FROM outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	m := map[string][2]string{}
+	for rows.Next() {
+		var id, k, topic string
+		if err := rows.Scan(&id, &k, &topic); err != nil {
+			t.Fatal(err)
+		}
+		m[id] = [2]string{k, topic}
+	}
+	return m
+}
+
+// streamMessages reads the whole stream back in stream order.
+func (w *world) streamMessages(t *testing.T) []delivery {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	info, err := w.stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := w.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []delivery
+	for uint64(len(out)) < info.State.Msgs {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			var body struct {
+				N int `json:"n"`
+			}
+			_ = json.Unmarshal(m.Data(), &body)
+			h := m.Headers()
+			out = append(out, delivery{ID: h.Get("Nats-Msg-Id"), Key: h.Get("X-Message-Key"), Topic: h.Get("X-Topic"), Attempt: h.Get("X-Attempt"), N: body.N})
+			n++
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return out
+}
+
+// checkDeliveries asserts that got holds every row of ids whose topic has
+// prefix exactly once, with the row's key, and that per key the numbers
+// increase. It returns the number of distinct keys.
+func checkDeliveries(t *testing.T, what string, got []delivery, ids map[string][2]string, prefix string, allowDuplicates bool) int {
+	t.Helper()
+	want := 0
+	for _, r := range ids {
+		if strings.HasPrefix(r[1], prefix) {
+			want++
+		}
+	}
+	seen := map[string]int{}
+	last := map[string]int{}
+	for _, d := range got {
+		r, ok := ids[d.ID]
+		if !ok {
+			t.Fatalf("%s: message id %q is no row's id", what, d.ID)
+		}
+		if r[0] != d.Key || r[1] != d.Topic {
+			t.Fatalf("%s: message %s carries key %q topic %q, row has %q %q", what, d.ID, d.Key, d.Topic, r[0], r[1])
+		}
+		seen[d.ID]++
+		if seen[d.ID] > 1 {
+			if !allowDuplicates {
+				t.Fatalf("%s: message %s delivered %d times", what, d.ID, seen[d.ID])
+			}
+			continue
+		}
+		if p, ok := last[d.Key]; ok && d.N <= p {
+			t.Fatalf("%s: key %s: n=%d arrived after n=%d", what, d.Key, d.N, p)
+		}
+		last[d.Key] = d.N
+	}
+	if len(seen) != want {
+		t.Fatalf("%s: %d distinct ids delivered, want %d", what, len(seen), want)
+	}
+	return len(last)
+}
+
+// TestRunDeliversEveryRowInOrder is the relay core's acceptance run: 10,000
+// rows over 100 keys, each key alternating between JetStream and HTTP.
+func TestRunDeliversEveryRowInOrder(t *testing.T) {
+	w := newWorld(t, 0)
+	insert(t, w.pg.Pool, 10000, 100, func(n int) string {
+		if n%2 == 0 {
+			return "order.created"
+		}
+		return "hook.created"
+	})
+	p := startQueuebox(t, "run", "--config", w.config(t, "pollInterval: 20ms"))
+	waitAllSent(t, w.pg.Pool, 10000, 90*time.Second)
+	if code := p.stop(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
+	}
+	ids := rowIDs(t, w.pg.Pool)
+	keys := checkDeliveries(t, "JetStream", w.streamMessages(t), ids, "order.", false)
+	keys2 := checkDeliveries(t, "HTTP", w.hooks.deliveries(), ids, "hook.", false)
+	if keys != 100 || keys2 != 100 {
+		t.Fatalf("keys seen: JetStream %d, HTTP %d; want 100 each", keys, keys2)
+	}
+	for _, d := range w.hooks.deliveries() {
+		if d.Attempt != "0" {
+			t.Fatalf("HTTP delivery %s has X-Attempt %q, want 0", d.ID, d.Attempt)
+		}
+	}
+}
+
+// TestKillMidDeliveryLosesNothing kills the relay with SIGKILL in the middle
+// of the backlog and starts it again: every row is delivered, and JetStream
+// holds one copy per id (redeliveries are absorbed by Nats-Msg-Id).
+func TestKillMidDeliveryLosesNothing(t *testing.T) {
+	w := newWorld(t, 0)
+	insert(t, w.pg.Pool, 10000, 100, func(int) string { return "order.created" })
+	cfg := w.config(t, "pollInterval: 20ms\nlease: 2s\nreapInterval: 200ms\nbatchSize: 200")
+	p := startQueuebox(t, "run", "--config", cfg)
+	testenv.Eventually(t, 60*time.Second, func() bool { return countStates(t, w.pg.Pool)["sent"] >= 2000 }, "relay made no progress")
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	before := countStates(t, w.pg.Pool)
+	if before["sent"] == 10000 {
+		t.Fatal("the relay finished before it could be killed; the test proves nothing")
+	}
+	t.Logf("after SIGKILL: %v", before)
+
+	p2 := startQueuebox(t, "run", "--config", cfg)
+	waitAllSent(t, w.pg.Pool, 10000, 90*time.Second)
+	p2.stop(syscall.SIGTERM, 20*time.Second)
+	ids := rowIDs(t, w.pg.Pool)
+	got := w.streamMessages(t)
+	if len(got) != 10000 {
+		t.Fatalf("stream holds %d messages, want exactly 10000 (one per id)", len(got))
+	}
+	checkDeliveries(t, "JetStream", got, ids, "order.", false)
+}
+
+var sentRE = regexp.MustCompile(`(?m)^queuebox_deliveries_total\{destination="hooks",outcome="sent"\} (\S+)$`)
+
+// TestTwoReplicasShareTheWork runs two relays on one table: per-key order
+// holds at the receiver and both relays deliver.
+func TestTwoReplicasShareTheWork(t *testing.T) {
+	w := newWorld(t, time.Millisecond)
+	insert(t, w.pg.Pool, 6000, 100, func(int) string { return "hook.created" })
+	cfg := w.config(t, "pollInterval: 20ms\nbatchSize: 50\nconcurrency: 8")
+	a := startQueuebox(t, "run", "--config", cfg)
+	b := startQueuebox(t, "run", "--config", cfg)
+	addrA, addrB := a.managementAddr(), b.managementAddr()
+	waitAllSent(t, w.pg.Pool, 6000, 120*time.Second)
+	sentA, sentB := scrapeSent(t, addrA), scrapeSent(t, addrB)
+	a.stop(syscall.SIGTERM, 20*time.Second)
+	b.stop(syscall.SIGTERM, 20*time.Second)
+	t.Logf("replica A sent %d, replica B sent %d", sentA, sentB)
+	if sentA == 0 || sentB == 0 {
+		t.Fatalf("one replica stayed idle: A sent %d, B sent %d", sentA, sentB)
+	}
+	if sentA+sentB != 6000 {
+		t.Fatalf("replicas sent %d + %d, want 6000 in total", sentA, sentB)
+	}
+	checkDeliveries(t, "HTTP", w.hooks.deliveries(), rowIDs(t, w.pg.Pool), "hook.", false)
+}
+
+func scrapeSent(t *testing.T, addr string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	m := sentRE.FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no queuebox_deliveries_total for hooks/sent in the scrape of %s", addr)
+	}
+	f, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(f)
+}
+
+// TestSIGTERMFinishesInFlightRows stops a relay in the middle of slow
+// deliveries: it exits 0 and leaves no row processing.
+func TestSIGTERMFinishesInFlightRows(t *testing.T) {
+	w := newWorld(t, 50*time.Millisecond)
+	insert(t, w.pg.Pool, 400, 400, func(int) string { return "hook.created" })
+	p := startQueuebox(t, "run", "--config", w.config(t, "batchSize: 100\nconcurrency: 4\nshutdownTimeout: 20s"))
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(w.hooks.deliveries()) >= 10 }, "no delivery started")
+	if code := p.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
+	}
+	c := countStates(t, w.pg.Pool)
+	if c["processing"] != 0 {
+		t.Fatalf("rows left processing after a graceful stop: %v", c)
+	}
+	if c["sent"] != len(w.hooks.deliveries()) {
+		t.Fatalf("%d rows marked sent but the receiver accepted %d", c["sent"], len(w.hooks.deliveries()))
+	}
+	if c["sent"]+c["pending"] != 400 {
+		t.Fatalf("states after stop: %v, want sent+pending = 400", c)
+	}
+}
+
+// TestStartFailuresExitOneWithTheCause covers the bad inputs a user meets
+// first.
+func TestStartFailuresExitOneWithTheCause(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := `database:
+  url: postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2
+destinations:
+  hooks:
+    type: http
+    url: http://127.0.0.1:9/x
+routes:
+  - topicPattern: "**"
+    destination: hooks
+`
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"malformed config", []string{"run", "--config", write("bad.yaml", "database: [\n")}, 1, "bad.yaml"},
+		{"unknown key", []string{"run", "--config", write("typo.yaml", strings.Replace(good, "routes:", "routez:", 1))}, 1, `did you mean "routes"`},
+		{"unknown destination", []string{"run", "--config", write("route.yaml", strings.Replace(good, "destination: hooks", "destination: hookz", 1))}, 1, `no destination "hookz"`},
+		{"unreachable database", []string{"run", "--config", write("db.yaml", good)}, 1, "cannot reach the database at 127.0.0.1:1"},
+		{"missing config", []string{"run"}, 2, "--config"},
+		{"unknown command", []string{"runn"}, 2, "unknown command"},
+		{"missing file", []string{"run", "--config", filepath.Join(dir, "nope.yaml")}, 1, "nope.yaml"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(binPath, tc.args...)
+			cmd.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+			out, _ := cmd.CombinedOutput()
+			if code := cmd.ProcessState.ExitCode(); code != tc.code {
+				t.Fatalf("exit status %d, want %d; output:\n%s", code, tc.code, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Fatalf("output does not mention %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// TestDemo runs `queuebox demo` against the local PostgreSQL: it must pass
+// its own verification.
+func TestDemo(t *testing.T) {
+	pg := testenv.Postgres(t) // skips (or fails under CI) when PostgreSQL is missing
+	_ = pg
+	url := testenv.Env("QUEUEBOX_TEST_POSTGRES_URL", testenv.DefaultPostgresURL)
+	cmd := exec.Command(binPath, "demo", "--rows", "2000", "--keys", "100", "--rate", "4000")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, out)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	oks := 0
+	for sc.Scan() {
+		if strings.HasPrefix(strings.TrimSpace(sc.Text()), "ok ") {
+			oks++
+		}
+	}
+	if oks != 5 || !strings.Contains(string(out), "All checks passed") {
+		t.Fatalf("demo did not report 5 passed checks:\n%s", out)
+	}
+}

@@ -1,0 +1,116 @@
+// Command queuebox relays outbox rows from PostgreSQL (or SQL Server) to NATS
+// JetStream, Kafka, RabbitMQ and HTTP webhooks. It is the only package that
+// knows the concrete dialects and destinations: it reads the config, builds
+// them with an explicit switch on their type, and hands them to relay.Engine.
+//
+// Exit status: 0 on success, 1 on failure, 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// usageError is a mistake in the command line itself (exit status 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(execute(ctx, os.Args[1:]))
+}
+
+// execute runs the command line args and returns the exit status.
+func execute(ctx context.Context, args []string) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(root.ErrOrStderr(), "queuebox:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(root.ErrOrStderr(), "Run 'queuebox --help' for usage.")
+		return 2
+	}
+	return 1
+}
+
+// globalFlags are the flags every command takes.
+type globalFlags struct {
+	config    string
+	logFormat string
+	logLevel  string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "queuebox",
+		Short:         "Relay transactional-outbox rows to NATS JetStream, Kafka, RabbitMQ and HTTP webhooks",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("a command is required")
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.config, "config", os.Getenv("QUEUEBOX_CONFIG"), "configuration file (env QUEUEBOX_CONFIG)")
+	pf.StringVar(&g.logFormat, "log-format", os.Getenv("QUEUEBOX_LOG_FORMAT"), "log format: text or json (env QUEUEBOX_LOG_FORMAT; default from config, else text)")
+	pf.StringVar(&g.logLevel, "log-level", os.Getenv("QUEUEBOX_LOG_LEVEL"), "log level: debug, info, warn, error (env QUEUEBOX_LOG_LEVEL; default from config, else info)")
+
+	root.AddCommand(
+		newRunCmd(g),
+		newMigrateCmd(g),
+		newDemoCmd(g),
+		
+		
+		newVersionCmd(),
+	)
+	for _, c := range root.Commands() {
+		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	}
+	return root
+}
+
+// noArgs is cobra.NoArgs returning a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args)
+	}
+	return nil
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), "queuebox", version)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/spf13/cobra"
+
+	"github.com/queuebox/queuebox/config"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/migrations"
+)
+
+func newMigrateCmd(g *globalFlags) *cobra.Command {
+	var dbType string
+	cmd := &cobra.Command{
+		Use:   "migrate [up|status|sql]",
+		Short: "Apply, show or print the bundled migrations of the outbox table",
+		Long: `migrate applies (up, the default), shows (status) or prints (sql) the bundled
+goose migrations for the configured database type. They create the table
+"outbox" of the contract; when database.outboxTable is schema-qualified
+(e.g. events.outbox) the schema is created if needed and the table goes there.
+
+migrate refuses to run on a mapped table (database.columns, database.states,
+or a table not named outbox): that table already exists, and migrating would
+create a second one. Use 'queuebox check' to see what it lacks.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usagef("migrate takes at most one argument (up, status or sql), got %q", args)
+			}
+			if len(args) == 1 && args[0] != "up" && args[0] != "status" && args[0] != "sql" {
+				return usagef("migrate: unknown action %q (want up, status or sql)", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			action := "up"
+			if len(args) == 1 {
+				action = args[0]
+			}
+			if action == "sql" {
+				t := dbType
+				if t == "" && g.config != "" {
+					cfg, err := loadConfig(g)
+					if err != nil {
+						return err
+					}
+					t = cfg.Database.Type
+				}
+				if t == "" {
+					t = "postgresql"
+				}
+				return printMigrations(cmd.OutOrStdout(), t)
+			}
+			cfg, err := loadConfig(g)
+			if err != nil {
+				return err
+			}
+			return migrate(cmd.Context(), cmd.OutOrStdout(), cfg, action)
+		},
+	}
+	cmd.Flags().StringVar(&dbType, "type", "", "database type for 'migrate sql' without a config (postgresql or sqlserver)")
+	return cmd
+}
+
+// printMigrations writes every bundled migration of dbType, in order.
+func printMigrations(w io.Writer, dbType string) error {
+	fsys, err := migrations.FS(dbType)
+	if err != nil {
+		return err
+	}
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		b, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "-- %s\n%s\n", n, strings.TrimRight(string(b), "\n"))
+	}
+	return nil
+}
+
+// migrationTarget checks that the configured table is one migrate may
+// create and returns its schema ("" for the connection's default).
+func migrationTarget(cfg *config.Config) (string, error) {
+	m, err := dialect.NewMapping(cfg.Database.OutboxTable, cfg.Database.Columns, cfg.Database.States)
+	if err != nil {
+		return "", fmt.Errorf("database: %w", err)
+	}
+	if m.TableName() != dialect.DefaultTable || len(cfg.Database.Columns) > 0 || len(cfg.Database.States) > 0 {
+		return "", fmt.Errorf("migrate creates the bundled table %q, but the config maps an existing table (%s): migrating would create a second table. "+
+			"Run 'queuebox check' to see what the mapped table lacks, or remove database.columns/states and set database.outboxTable to outbox or <schema>.outbox",
+			dialect.DefaultTable, cfg.Database.OutboxTable)
+	}
+	return m.Schema(), nil
+}
+
+func migrate(ctx context.Context, w io.Writer, cfg *config.Config, action string) error {
+	schema, err := migrationTarget(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Database.Type != "postgresql" && cfg.Database.Type != "" {
+		return fmt.Errorf("migrate: database.type %q is not supported by this version (want postgresql)", cfg.Database.Type)
+	}
+	pool, err := openPostgres(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cc := pool.Config().ConnConfig.Copy()
+	if schema != "" {
+		if action == "up" {
+			if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+				return fmt.Errorf("migrate: creating schema %q: %w", schema, err)
+			}
+		}
+		cc.RuntimeParams["search_path"] = schema
+	}
+	db := stdlib.OpenDB(*cc)
+	defer db.Close()
+	p, err := migrations.NewProvider("postgresql", db)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "status":
+		st, err := p.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate status: %w", err)
+		}
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE")
+		for _, s := range st {
+			at := "-"
+			if !s.AppliedAt.IsZero() {
+				at = s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.State, at, s.Source.Path)
+		}
+		return tw.Flush()
+	default:
+		res, err := p.Up(ctx)
+		if err != nil {
+			return fmt.Errorf("migrate up: %w", err)
+		}
+		if len(res) == 0 {
+			fmt.Fprintln(w, "migrate: already up to date")
+		}
+		for _, r := range res {
+			fmt.Fprintf(w, "migrate: applied %s (%s)\n", r.Source.Path, r.Duration.Round(1e6))
+		}
+		return nil
+	}
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/queuebox/queuebox/config"
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/metrics"
+	"github.com/queuebox/queuebox/relay"
+	"github.com/queuebox/queuebox/router"
+)
+
+func newRunCmd(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "run",
+		Short: "Run the relay and its management server (/metrics, /health/live, /health/ready)",
+		Long: `run claims outbox rows and delivers them to the configured destinations until
+it receives SIGTERM or SIGINT. It then stops claiming, finishes the batches in
+flight within relay.shutdownTimeout, releases what it could not finish, and
+exits 0.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(g)
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(cmd.ErrOrStderr(), g, cfg)
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), cfg, log)
+		},
+	}
+}
+
+// relayRuntime is everything a running relay holds: the database, the
+// destinations, the engine and its metrics.
+type relayRuntime struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	pool    *pgxpool.Pool
+	db      dialect.Dialect
+	dests   map[string]destination.Destination
+	router  *router.Router
+	engine  *relay.Engine
+	metrics *metrics.Metrics
+}
+
+// newRuntime connects to the database and every destination and builds the
+// engine. On error, everything opened so far is closed.
+func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *relayRuntime, err error) {
+	rt := &relayRuntime{cfg: cfg, log: log, dests: map[string]destination.Destination{}, metrics: metrics.New()}
+	defer func() {
+		if err != nil {
+			rt.Close()
+		}
+	}()
+	rt.router, err = newRouter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rt.db, rt.pool, err = openDialect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for name, d := range cfg.Destinations {
+		dest, err := openDestination(ctx, name, d, cfg, log)
+		if err != nil {
+			return nil, fmt.Errorf("destinations.%s: %w", name, err)
+		}
+		rt.dests[name] = dest
+		rt.metrics.InitDestination(name)
+	}
+	rt.engine, err = relay.New(rt.db, rt.router, rt.dests, relay.Options{
+		BatchSize:       cfg.Relay.BatchSize,
+		InflightBatches: cfg.Relay.InflightBatches,
+		PollInterval:    cfg.Relay.PollInterval.D(),
+		Lease:           cfg.Relay.Lease.D(),
+		MaxAttempts:     cfg.Relay.MaxAttempts,
+		Backoff: relay.Backoff{
+			Base:   cfg.Relay.Backoff.Base.D(),
+			Max:    cfg.Relay.Backoff.Max.D(),
+			Jitter: cfg.Relay.Backoff.Jitter,
+		},
+		ShutdownTimeout: cfg.Relay.ShutdownTimeout.D(),
+		ReapInterval:    cfg.Relay.ReapInterval.D(),
+		Logger:          log,
+		Observer:        rt.metrics,
+		Secrets:         cfg.Secrets(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rt, nil
+}
+
+// Close closes the destinations and the database. It is idempotent.
+func (rt *relayRuntime) Close() {
+	for name, d := range rt.dests {
+		if err := d.Close(); err != nil {
+			rt.log.Warn("closing destination", "destination", name, "err", err)
+		}
+	}
+	rt.dests = map[string]destination.Destination{}
+	if rt.pool != nil {
+		rt.pool.Close()
+		rt.pool = nil
+	}
+}
+
+func newRouter(cfg *config.Config) (*router.Router, error) {
+	specs := make([]router.RouteSpec, len(cfg.Routes))
+	for i, r := range cfg.Routes {
+		specs[i] = router.RouteSpec{Pattern: r.TopicPattern, Destination: r.Destination}
+	}
+	r, err := router.New(specs)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	rt, err := newRuntime(startCtx, cfg, log)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	rt.warnDuplicateWindow(ctx)
+
+	var srv *http.Server
+	if cfg.Server.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Server.Listen)
+		if err != nil {
+			return fmt.Errorf("server.listen %s: %w (is another process using the port?)", cfg.Server.Listen, err)
+		}
+		srv = &http.Server{Handler: rt.managementHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("management server stopped", "err", err)
+			}
+		}()
+		log.Info("management server listening", "addr", ln.Addr().String())
+	}
+
+	log.Info("relay started", "table", cfg.Database.OutboxTable, "destinations", len(rt.dests), "routes", len(cfg.Routes),
+		"batch_size", cfg.Relay.BatchSize, "inflight_batches", cfg.Relay.InflightBatches, "lease", cfg.Relay.Lease.D())
+	go rt.refreshBacklog(ctx)
+	err = rt.engine.Run(ctx)
+	log.Info("relay stopped")
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	return err
+}
+
+// duplicateWindower is implemented by destinations that deduplicate on the
+// message id within a window (JetStream streams).
+type duplicateWindower interface {
+	DuplicateWindow(ctx context.Context) (time.Duration, error)
+}
+
+// warnDuplicateWindow warns when a redelivery after a crash (up to lease +
+// reap interval later) could fall outside a JetStream stream's duplicate
+// window, where it would arrive as a real duplicate.
+func (rt *relayRuntime) warnDuplicateWindow(ctx context.Context) {
+	gap := rt.cfg.Relay.Lease.D() + rt.cfg.Relay.ReapInterval.D()
+	for name, d := range rt.dests {
+		dw, ok := d.(duplicateWindower)
+		if !ok {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		w, err := dw.DuplicateWindow(cctx)
+		cancel()
+		if err != nil || w <= 0 {
+			continue
+		}
+		if w < gap {
+			rt.log.Warn("the JetStream duplicate window is shorter than the redelivery gap after a crash: a redelivered message would be stored twice; raise the stream's duplicate window or lower relay.lease",
+				"destination", name, "duplicate_window", w, "lease_plus_reap_interval", gap)
+		}
+		if maxBackoff := rt.cfg.Relay.Backoff.Max.D(); w < maxBackoff {
+			rt.log.Warn("the JetStream duplicate window is shorter than relay.backoff.max: a retry after a lost acknowledgement may be stored twice",
+				"destination", name, "duplicate_window", w, "backoff_max", maxBackoff)
+		}
+	}
+}

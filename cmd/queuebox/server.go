@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/internal/redact"
+)
+
+// healthTimeout bounds each readiness check.
+const healthTimeout = 2 * time.Second
+
+// backlogInterval is how often the backlog gauges are refreshed: on an
+// interval, never per scrape, so that scrapes cost the database nothing.
+const backlogInterval = 10 * time.Second
+
+func (rt *relayRuntime) managementHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(rt.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "up"})
+	})
+	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, r *http.Request) {
+		ok, components := rt.ready(r.Context())
+		status := http.StatusOK
+		state := "up"
+		if !ok {
+			status, state = http.StatusServiceUnavailable, "down"
+		}
+		writeJSON(w, status, map[string]any{"status": state, "components": components})
+	})
+	return mux
+}
+
+type componentHealth struct {
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// ready checks the database and every destination that can be checked, in
+// parallel, each within healthTimeout.
+func (rt *relayRuntime) ready(ctx context.Context) (bool, map[string]componentHealth) {
+	var mu sync.Mutex
+	out := map[string]componentHealth{}
+	allOK := true
+	check := func(name string, fn func(context.Context) error) {
+		cctx, cancel := context.WithTimeout(ctx, healthTimeout)
+		defer cancel()
+		h := componentHealth{Status: "up"}
+		if err := fn(cctx); err != nil {
+			h = componentHealth{Status: "down", Error: redact.Error(err, 300, rt.cfg.Secrets()...)}
+		}
+		mu.Lock()
+		out[name] = h
+		if h.Status != "up" {
+			allOK = false
+		}
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		check("database", func(ctx context.Context) error { return rt.pool.Ping(ctx) })
+	}()
+	for name, d := range rt.dests {
+		c, ok := d.(destination.Checker)
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			check("destination."+name, c.Check)
+		}()
+	}
+	wg.Wait()
+	return allOK, out
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// refreshBacklog updates the backlog gauges every backlogInterval until ctx
+// ends.
+func (rt *relayRuntime) refreshBacklog(ctx context.Context) {
+	in, ok := rt.db.(dialect.Inspector)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(backlogInterval)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, backlogInterval)
+		st, err := in.Stats(cctx, dialect.StatsParams{})
+		cancel()
+		if err == nil {
+			rt.metrics.Pending.Set(float64(st.ByState["pending"]))
+			rt.metrics.Processing.Set(float64(st.ByState["processing"]))
+			rt.metrics.Dead.Set(float64(st.ByState["dead"]))
+			rt.metrics.OldestPendingAge.Set(st.OldestPendingAge.Seconds())
+		} else if ctx.Err() == nil {
+			rt.log.Warn("refreshing backlog metrics failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,162 @@
+// Package metrics exposes the relay's Prometheus series. It implements
+// relay.Observer, so the engine reports events and no adapter knows about
+// metrics. Label sets are bounded: destination names come from the config,
+// outcomes and operations are fixed sets; no ids, keys or topics.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/queuebox/queuebox/relay"
+)
+
+// Namespace prefixes every series.
+const Namespace = "queuebox"
+
+// Metrics is the set of queuebox series, registered on its own registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	claimDuration   *prometheus.HistogramVec
+	claimedRows     prometheus.Counter
+	publishDuration *prometheus.HistogramVec
+	commitToAck     *prometheus.HistogramVec
+	deliveries      *prometheus.CounterVec
+	writeDuration   *prometheus.HistogramVec
+	claimsLost      prometheus.Counter
+	reclaimed       prometheus.Counter
+	inflight        prometheus.Gauge
+
+	// Backlog gauges, refreshed on an interval by whoever owns the
+	// database (never per scrape).
+	Pending          prometheus.Gauge
+	OldestPendingAge prometheus.Gauge
+	Dead             prometheus.Gauge
+	Processing       prometheus.Gauge
+}
+
+var _ relay.Observer = (*Metrics)(nil)
+
+// New returns the series registered on a fresh registry, with the Go and
+// process collectors.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &Metrics{
+		Registry: r,
+		claimDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "claim_duration_seconds",
+			Help:    "Duration of claim statements, by result (ok, error).",
+			Buckets: latency,
+		}, []string{"result"}),
+		claimedRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "claimed_rows_total",
+			Help: "Rows claimed.",
+		}),
+		publishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "publish_duration_seconds",
+			Help:    "Duration of one batch publish to a destination.",
+			Buckets: latency,
+		}, []string{"destination"}),
+		commitToAck: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "commit_to_ack_seconds",
+			Help:    "Time from a row's created_at to the destination's acknowledgement.",
+			Buckets: latency,
+		}, []string{"destination"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "deliveries_total",
+			Help: "Rows settled, by destination and outcome (sent, retry, dead, released).",
+		}, []string{"destination", "outcome"}),
+		writeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "settle_duration_seconds",
+			Help:    "Duration of settlement statements, by operation (complete, retry, dead, release) and result.",
+			Buckets: latency,
+		}, []string{"op", "result"}),
+		claimsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "claims_lost_total",
+			Help: "Rows whose fenced write matched nothing: the lease expired and the row was reclaimed.",
+		}),
+		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "leases_reclaimed_total",
+			Help: "Rows returned to pending because their lease expired.",
+		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "inflight_rows",
+			Help: "Rows claimed by this process and not yet settled.",
+		}),
+		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "pending_rows",
+			Help: "Rows in state pending (refreshed on an interval).",
+		}),
+		Processing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "processing_rows",
+			Help: "Rows in state processing, across all relays (refreshed on an interval).",
+		}),
+		Dead: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "dead_rows",
+			Help: "Rows in state dead (refreshed on an interval).",
+		}),
+		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "oldest_pending_age_seconds",
+			Help: "Age of the oldest due pending row, 0 when none (refreshed on an interval).",
+		}),
+	}
+	r.MustRegister(m.claimDuration, m.claimedRows, m.publishDuration, m.commitToAck, m.deliveries,
+		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.Pending, m.Processing, m.Dead, m.OldestPendingAge)
+	return m
+}
+
+// InitDestination creates the series of a destination at zero, so that
+// dashboards and alerts see them before the first delivery.
+func (m *Metrics) InitDestination(name string) {
+	for _, o := range []relay.Outcome{relay.OutcomeSent, relay.OutcomeRetry, relay.OutcomeDead} {
+		m.deliveries.WithLabelValues(name, string(o))
+	}
+	m.publishDuration.WithLabelValues(name)
+	m.commitToAck.WithLabelValues(name)
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
+
+// Claimed implements relay.Observer.
+func (m *Metrics) Claimed(rows int, d time.Duration, err error) {
+	m.claimDuration.WithLabelValues(result(err)).Observe(d.Seconds())
+	m.claimedRows.Add(float64(rows))
+	m.inflight.Add(float64(rows))
+}
+
+// Published implements relay.Observer.
+func (m *Metrics) Published(dest string, rows int, d time.Duration, err error) {
+	m.publishDuration.WithLabelValues(dest).Observe(d.Seconds())
+}
+
+// Acked implements relay.Observer.
+func (m *Metrics) Acked(dest string, sinceCreated time.Duration) {
+	m.commitToAck.WithLabelValues(dest).Observe(max(sinceCreated, 0).Seconds())
+}
+
+// Settled implements relay.Observer.
+func (m *Metrics) Settled(dest string, o relay.Outcome, rows int) {
+	m.deliveries.WithLabelValues(dest, string(o)).Add(float64(rows))
+	m.inflight.Sub(float64(rows))
+}
+
+// Wrote implements relay.Observer.
+func (m *Metrics) Wrote(op string, d time.Duration, err error) {
+	m.writeDuration.WithLabelValues(op, result(err)).Observe(d.Seconds())
+}
+
+// Lost implements relay.Observer.
+func (m *Metrics) Lost(rows int) { m.claimsLost.Add(float64(rows)) }
+
+// Reclaimed implements relay.Observer.
+func (m *Metrics) Reclaimed(rows int) { m.reclaimed.Add(float64(rows)) }

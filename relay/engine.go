@@ -1,0 +1,349 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// Router decides the destination of a row. It may replace msg.Payload (a
+// transform); the stored row is never changed. An error wrapping
+// outbox.ErrNoRoute, or any permanent error, dead-letters the row at once.
+type Router interface {
+	Route(msg *outbox.Message) (destination string, err error)
+}
+
+// Options tune the engine. Zero values take the documented defaults.
+type Options struct {
+	BatchSize       int           // rows per claim (100)
+	InflightBatches int           // claim-publish-settle loops side by side (2)
+	PollInterval    time.Duration // wait after an empty claim (100ms)
+	MaxPollInterval time.Duration // idle polling backs off up to this (1s; = PollInterval disables backoff)
+	Lease           time.Duration // claim lease, renewed every Lease/3 while publishing (30s)
+	MaxAttempts     int           // used when a row carries no max_attempts (5)
+	Backoff         Backoff
+	ShutdownTimeout time.Duration // time to finish in-flight batches on shutdown (10s)
+	ReapInterval    time.Duration // how often expired leases are released (5s)
+	ReapBatch       int           // rows per release-expired statement (1000)
+	Logger          *slog.Logger
+	Observer        Observer
+	// Secrets are literal values (passwords, tokens) removed from every
+	// last_error written to the table, on top of the pattern-based
+	// redaction of URLs and credentials.
+	Secrets []string
+	// Wake, when set, delivers a signal whenever new rows may be ready (a
+	// PostgreSQL NOTIFY, say); idle workers claim at once instead of waiting
+	// for the next poll.
+	Wake <-chan struct{}
+}
+
+func (o *Options) setDefaults() {
+	if o.BatchSize <= 0 {
+		o.BatchSize = 100
+	}
+	if o.InflightBatches <= 0 {
+		o.InflightBatches = 2
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 100 * time.Millisecond
+	}
+	if o.MaxPollInterval < o.PollInterval {
+		o.MaxPollInterval = max(o.PollInterval, time.Second)
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	o.Backoff.setDefaults()
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 10 * time.Second
+	}
+	if o.ReapInterval <= 0 {
+		o.ReapInterval = 5 * time.Second
+	}
+	if o.ReapBatch <= 0 {
+		o.ReapBatch = 1000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Observer == nil {
+		o.Observer = NopObserver{}
+	}
+}
+
+// Engine relays outbox rows to destinations. Create it with New and start it
+// with Run.
+type Engine struct {
+	db     dialect.Dialect
+	router Router
+	dests  map[string]destination.Destination
+	opt    Options
+	log    *slog.Logger
+	obs    Observer
+
+	wakeMu sync.Mutex
+	wakeCh chan struct{} // closed and replaced to wake every idle worker
+}
+
+// New returns an engine that claims through db, routes with r and publishes
+// to dests (by destination name).
+func New(db dialect.Dialect, r Router, dests map[string]destination.Destination, opt Options) (*Engine, error) {
+	if db == nil || r == nil {
+		return nil, errors.New("relay: a dialect and a router are required")
+	}
+	opt.setDefaults()
+	return &Engine{
+		db:     db,
+		router: r,
+		dests:  dests,
+		opt:    opt,
+		log:    opt.Logger,
+		obs:    opt.Observer,
+		wakeCh: make(chan struct{}),
+	}, nil
+}
+
+// Options returns the effective options, defaults applied.
+func (e *Engine) Options() Options { return e.opt }
+
+// Run relays until ctx ends. It then stops claiming, finishes or releases
+// the batches in flight (within ShutdownTimeout) and returns nil. It returns
+// an error only when it could not start.
+func (e *Engine) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(e.opt.InflightBatches + 1)
+	for i := 0; i < e.opt.InflightBatches; i++ {
+		go func() {
+			defer wg.Done()
+			e.worker(ctx, i)
+		}()
+	}
+	go func() {
+		defer wg.Done()
+		e.reaper(ctx)
+	}()
+	if e.opt.Wake != nil {
+		go e.forwardWake(ctx)
+	}
+	wg.Wait()
+	return nil
+}
+
+func (e *Engine) forwardWake(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-e.opt.Wake:
+			if !ok {
+				return
+			}
+			e.wakeAll()
+		}
+	}
+}
+
+// wakeAll wakes every worker that is waiting for its next poll.
+func (e *Engine) wakeAll() {
+	e.wakeMu.Lock()
+	close(e.wakeCh)
+	e.wakeCh = make(chan struct{})
+	e.wakeMu.Unlock()
+}
+
+func (e *Engine) wakeChan() <-chan struct{} {
+	e.wakeMu.Lock()
+	defer e.wakeMu.Unlock()
+	return e.wakeCh
+}
+
+// worker is one claim-publish-settle loop.
+func (e *Engine) worker(ctx context.Context, id int) {
+	log := e.log.With("worker", id)
+	idle := e.opt.PollInterval
+	for ctx.Err() == nil {
+		wake := e.wakeChan()
+		n, err := e.runBatch(ctx, log)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			log.Error("claim failed; retrying", "err", err, "retry_in", idle)
+		case n >= e.opt.BatchSize:
+			// A full batch: more rows are probably ready. Claim again at
+			// once and let idle siblings help.
+			idle = e.opt.PollInterval
+			e.wakeAll()
+			continue
+		case n > 0:
+			idle = e.opt.PollInterval
+			continue
+		}
+		if !sleep(ctx, wake, idle) {
+			// Woken: new rows may be ready; start the backoff over.
+			idle = e.opt.PollInterval
+			continue
+		}
+		idle = min(idle*2, e.opt.MaxPollInterval)
+	}
+}
+
+// sleep waits d, or until wake is closed, or ctx ends. It reports whether
+// the full duration passed.
+func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// runBatch claims one batch and carries it to the end. It returns the
+// number of rows claimed.
+func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
+	token := uuid.NewString()
+	start := time.Now()
+	msgs, err := e.db.Claim(ctx, dialect.ClaimParams{Token: token, Limit: e.opt.BatchSize, Lease: e.opt.Lease})
+	e.obs.Claimed(len(msgs), time.Since(start), err)
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	e.deliver(ctx, log, token, msgs)
+	return len(msgs), nil
+}
+
+// outcome is what happened to one claimed row.
+type outcome struct {
+	msg  *outbox.Message
+	dest string
+	err  error // nil: delivered
+}
+
+// deliver routes, publishes and settles one claimed batch.
+func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, msgs []outbox.Message) {
+	// Publishing continues past ctx's end until the shutdown deadline, so
+	// that a SIGTERM finishes the batch instead of abandoning it.
+	pubCtx, cancelPub := e.shutdownContext(ctx)
+	defer cancelPub()
+
+	renewDone := make(chan struct{})
+	renewStopped := make(chan struct{})
+	go func() {
+		defer close(renewStopped)
+		e.renewLoop(pubCtx, log, token, renewDone)
+	}()
+
+	outcomes := make([]outcome, len(msgs))
+	groups := make(map[string][]int)
+	for i := range msgs {
+		m := &msgs[i]
+		outcomes[i].msg = m
+		if m.Malformed != nil {
+			outcomes[i].err = outbox.Permanent(m.Malformed)
+			continue
+		}
+		dest, err := e.router.Route(m)
+		if err != nil {
+			outcomes[i].err = err
+			continue
+		}
+		if _, ok := e.dests[dest]; !ok {
+			outcomes[i].err = outbox.Permanent(fmt.Errorf("route names destination %q, which is not configured", dest))
+			continue
+		}
+		outcomes[i].dest = dest
+		groups[dest] = append(groups[dest], i)
+	}
+
+	var wg sync.WaitGroup
+	for name, idx := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.publish(pubCtx, name, idx, outcomes)
+		}()
+	}
+	wg.Wait()
+	close(renewDone)
+	<-renewStopped
+
+	// Rows whose publish was cut short by shutdown go back to pending
+	// without spending an attempt.
+	shutdownCut := ctx.Err() != nil && pubCtx.Err() != nil
+	e.settle(log, token, outcomes, shutdownCut)
+}
+
+// shutdownContext returns a context that ends ShutdownTimeout after ctx
+// ends.
+func (e *Engine) shutdownContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	pubCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(e.opt.ShutdownTimeout, cancel)
+		context.AfterFunc(pubCtx, func() { t.Stop() })
+	})
+	return pubCtx, func() {
+		stop()
+		cancel()
+	}
+}
+
+func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes []outcome) {
+	batch := make([]outbox.Message, len(idx))
+	for j, i := range idx {
+		batch[j] = *outcomes[i].msg
+	}
+	start := time.Now()
+	err := e.dests[name].Publish(ctx, batch)
+	e.obs.Published(name, len(batch), time.Since(start), err)
+	now := time.Now()
+	for j, i := range idx {
+		outcomes[i].err = destination.ErrorAt(err, j)
+		if outcomes[i].err == nil {
+			e.obs.Acked(name, now.Sub(outcomes[i].msg.CreatedAt))
+		}
+	}
+}
+
+// renewLoop extends the batch's lease every Lease/3 until done is closed.
+func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, done <-chan struct{}) {
+	t := time.NewTicker(e.opt.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := e.db.Renew(ctx, dialect.RenewParams{Token: token, Lease: e.opt.Lease})
+			if err != nil {
+				log.Warn("lease renewal failed; the lease may expire before the publish ends", "token", token, "err", err)
+				continue
+			}
+			if n == 0 {
+				log.Warn("lease lost during publish: another relay may deliver these rows again (same ids)", "token", token)
+			}
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package relay
+
+import "time"
+
+// Observer receives the engine's events, for metrics. Implementations must
+// be safe for concurrent use and must not block.
+type Observer interface {
+	// Claimed reports one claim statement: rows claimed, its duration and
+	// its error.
+	Claimed(rows int, d time.Duration, err error)
+	// Published reports one Publish call to a destination.
+	Published(dest string, rows int, d time.Duration, err error)
+	// Acked reports one row accepted by a destination, with the time from
+	// the row's created_at to the acknowledgement.
+	Acked(dest string, sinceCreated time.Duration)
+	// Settled reports rows settled with an outcome (dest is empty for
+	// released rows).
+	Settled(dest string, o Outcome, rows int)
+	// Wrote reports one settlement statement (complete, retry, dead,
+	// release) and its duration.
+	Wrote(op string, d time.Duration, err error)
+	// Lost reports rows whose fenced write matched nothing.
+	Lost(rows int)
+	// Reclaimed reports rows whose expired lease was released.
+	Reclaimed(rows int)
+}
+
+// NopObserver ignores every event.
+type NopObserver struct{}
+
+func (NopObserver) Claimed(int, time.Duration, error)           {}
+func (NopObserver) Published(string, int, time.Duration, error) {}
+func (NopObserver) Acked(string, time.Duration)                 {}
+func (NopObserver) Settled(string, Outcome, int)                {}
+func (NopObserver) Wrote(string, time.Duration, error)          {}
+func (NopObserver) Lost(int)                                    {}
+func (NopObserver) Reclaimed(int)                               {}

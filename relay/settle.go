@@ -1,0 +1,172 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/internal/redact"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// Outcome names what the engine did with a row, for metrics and logs.
+type Outcome string
+
+// The outcomes of a delivery.
+const (
+	OutcomeSent     Outcome = "sent"
+	OutcomeRetry    Outcome = "retry"
+	OutcomeDead     Outcome = "dead"
+	OutcomeReleased Outcome = "released"
+)
+
+// maxErrorLen bounds the last_error text written to the table.
+const maxErrorLen = 1024
+
+// settle writes the outcome of every row of a batch: one statement per kind
+// of outcome. shutdownCut says the publish was cut short by shutdown, in
+// which case failed rows are released rather than retried.
+func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) {
+	var (
+		sent     []string
+		sentBy   = map[string]int{}
+		retries  []dialect.RetryItem
+		retryBy  = map[string]int{}
+		deads    []dialect.DeadItem
+		deadBy   = map[string]int{}
+		released []string
+		// One log line per destination and batch for retries: a broker
+		// that is down must not print a line per row.
+		firstRetry = map[string]string{}
+	)
+	for i := range outcomes {
+		o := &outcomes[i]
+		m := o.msg
+		if o.err == nil {
+			sent = append(sent, m.ID)
+			sentBy[o.dest]++
+			continue
+		}
+		if shutdownCut && !outbox.IsPermanent(o.err) {
+			released = append(released, m.ID)
+			continue
+		}
+		reason := e.reason(o)
+		maxAttempts := m.MaxAttempts
+		if maxAttempts <= 0 {
+			maxAttempts = e.opt.MaxAttempts
+		}
+		attempt := m.Attempt + 1
+		attrs := []any{"id", m.ID, "topic", m.Topic, "key", m.Key, "destination", o.dest, "attempt", m.Attempt}
+		switch {
+		case outbox.IsPermanent(o.err):
+			deads = append(deads, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
+			deadBy[o.dest]++
+			log.Warn("row dead: permanent failure", append(attrs, "err", reason)...)
+		case attempt >= maxAttempts:
+			deads = append(deads, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
+			deadBy[o.dest]++
+			log.Warn("row dead: attempts exhausted", append(attrs, "max_attempts", maxAttempts, "err", reason)...)
+		default:
+			delay := e.opt.Backoff.Delay(m.Attempt)
+			if d, ok := outbox.RetryDelay(o.err); ok {
+				delay = min(max(d, 0), e.opt.Backoff.Max)
+			}
+			retries = append(retries, dialect.RetryItem{ID: m.ID, Attempt: attempt, Delay: delay, Error: reason})
+			retryBy[o.dest]++
+			if firstRetry[o.dest] == "" {
+				firstRetry[o.dest] = reason
+			}
+			log.Debug("delivery failed; will retry", append(attrs, "retry_in", delay, "err", reason)...)
+		}
+	}
+
+	if len(sent) > 0 {
+		e.write(log, "complete", token, len(sent), func(ctx context.Context) (int64, error) {
+			return e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: sent})
+		})
+	}
+	if len(retries) > 0 {
+		e.write(log, "retry", token, len(retries), func(ctx context.Context) (int64, error) {
+			return e.db.Retry(ctx, dialect.RetryParams{Token: token, Items: retries})
+		})
+	}
+	if len(deads) > 0 {
+		e.write(log, "dead", token, len(deads), func(ctx context.Context) (int64, error) {
+			return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: deads})
+		})
+	}
+	if len(released) > 0 {
+		e.write(log, "release", token, len(released), func(ctx context.Context) (int64, error) {
+			return e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: released})
+		})
+	}
+	for d, n := range sentBy {
+		e.obs.Settled(d, OutcomeSent, n)
+	}
+	for d, n := range retryBy {
+		e.obs.Settled(d, OutcomeRetry, n)
+		log.Warn("deliveries failed; rows will be retried", "destination", d, "rows", n, "first_err", firstRetry[d])
+	}
+	for d, n := range deadBy {
+		e.obs.Settled(d, OutcomeDead, n)
+	}
+	if len(released) > 0 {
+		e.obs.Settled("", OutcomeReleased, len(released))
+	}
+}
+
+// reason is the last_error text of a failed row: which destination, what
+// happened, redacted and bounded.
+func (e *Engine) reason(o *outcome) string {
+	var s string
+	switch {
+	case errors.Is(o.err, outbox.ErrNoRoute):
+		s = o.err.Error()
+	case o.msg.Malformed != nil:
+		s = "malformed row: " + o.err.Error()
+	case o.dest != "":
+		s = fmt.Sprintf("destination %s: %v", o.dest, o.err)
+	default:
+		s = o.err.Error()
+	}
+	return redact.Truncate(redact.OneLine(redact.String(s, e.opt.Secrets...)), maxErrorLen)
+}
+
+// write runs one fenced settlement statement. A database error is retried
+// with backoff for up to one lease: after that the rows have gone back to
+// pending anyway and another claim will deliver them again. Rows the
+// statement did not change were no longer ours: they are counted as lost,
+// not retried.
+func (e *Engine) write(log *slog.Logger, op, token string, want int, fn func(context.Context) (int64, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		start := time.Now()
+		n, err := fn(ctx)
+		e.obs.Wrote(op, time.Since(start), err)
+		if err == nil {
+			if lost := want - int(n); lost > 0 {
+				e.obs.Lost(lost)
+				log.Warn("claim lost before settling: rows were reclaimed after the lease expired; another relay delivers them (same ids)",
+					"op", op, "token", token, "lost", lost, "of", want, "err", outbox.ErrLeaseLost)
+			}
+			return
+		}
+		if outbox.IsPermanent(err) || ctx.Err() != nil {
+			log.Error("could not settle rows; they return to pending when the lease expires and are delivered again (same ids)",
+				"op", op, "token", token, "rows", want, "err", err)
+			return
+		}
+		log.Warn("settling rows failed; retrying", "op", op, "token", token, "rows", want, "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 2*time.Second)
+	}
+}
