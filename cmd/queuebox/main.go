@@ -85,8 +85,7 @@ func newRootCmd() *cobra.Command {
 		newRunCmd(g),
 		newMigrateCmd(g),
 		newDemoCmd(g),
-		
-		
+
 		newVersionCmd(),
 	)
 	for _, c := range root.Commands() {
