@@ -585,3 +585,30 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo did not report 5 passed checks:\n%s", out)
 	}
 }
+
+// TestCheck reports a healthy setup with exit 0, and a missing column with
+// exit 1 and the DDL that adds it.
+func TestCheck(t *testing.T) {
+	w := newWorld(t, 0)
+	cfg := w.config(t, "")
+	run := func() (int, string) {
+		cmd := exec.Command(binPath, "check", "--config", cfg)
+		cmd.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	if code, out := run(); code != 0 || strings.Contains(out, "FAIL") {
+		t.Fatalf("check on a fresh table: exit %d\n%s", code, out)
+	}
+	if _, err := w.pg.Pool.Exec(context.Background(), `ALTER TABLE outbox DROP COLUMN aggregate_type`); err != nil {
+		t.Fatal(err)
+	}
+	code, out := run()
+	if code != 1 {
+		t.Fatalf("check with a missing column: exit %d, want 1\n%s", code, out)
+	}
+	want := fmt.Sprintf(`ALTER TABLE "%s"."outbox" ADD COLUMN "aggregate_type" VARCHAR(255);`, w.pg.Schema)
+	if !strings.Contains(out, "column aggregate_type (aggregateType) is missing") || !strings.Contains(out, want) {
+		t.Fatalf("check output does not name the column and the fix %q:\n%s", want, out)
+	}
+}

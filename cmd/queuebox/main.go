@@ -84,6 +84,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newRunCmd(g),
 		newMigrateCmd(g),
+		newCheckCmd(g),
 		newDemoCmd(g),
 
 		newVersionCmd(),

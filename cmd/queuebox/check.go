@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/internal/redact"
+)
+
+// errCheckFailed is returned by check when it found problems; they have
+// been printed already.
+var errCheckFailed = errors.New("check found problems (see above)")
+
+func newCheckCmd(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "check",
+		Short: "Validate the config, the table and the destinations; print the DDL that fixes what is missing",
+		Long: `check validates the configuration, connects to the database, checks that the
+outbox table has every mapped column with a usable type (printing the DDL that
+would fix what is missing) and the indexes the claim relies on, and checks
+that every destination is reachable. It exits 1 on any problem.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return check(cmd.Context(), cmd.OutOrStdout(), g)
+		},
+	}
+}
+
+func check(ctx context.Context, w io.Writer, g *globalFlags) error {
+	failed := false
+	report := func(ok bool, format string, args ...any) {
+		mark := "ok  "
+		if !ok {
+			mark = "FAIL"
+			failed = true
+		}
+		fmt.Fprintf(w, "%s  %s\n", mark, fmt.Sprintf(format, args...))
+	}
+	fix := func(s string) { fmt.Fprintf(w, "      fix: %s\n", s) }
+
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return err
+	}
+	report(true, "config %s: %d destinations, %d routes", g.config, len(cfg.Destinations), len(cfg.Routes))
+	for _, warn := range cfg.Warnings() {
+		fmt.Fprintf(w, "warn  %s\n", warn)
+	}
+	secrets := cfg.Secrets()
+
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	db, pool, err := openDialect(cctx, cfg)
+	if err != nil {
+		report(false, "database: %s", redact.String(err.Error(), secrets...))
+	} else {
+		defer pool.Close()
+		cc := pool.Config().ConnConfig
+		report(true, "database %s:%d/%s reachable as %s", cc.Host, cc.Port, cc.Database, cc.User)
+		if sc, ok := db.(dialect.SchemaChecker); ok {
+			rep, err := sc.CheckSchema(cctx)
+			switch {
+			case err != nil:
+				report(false, "table %s: %s", cfg.Database.OutboxTable, redact.String(err.Error(), secrets...))
+			case len(rep.Problems) == 0:
+				report(true, "table %s has every mapped column", rep.Table)
+			}
+			for _, p := range rep.Problems {
+				report(false, "table %s: %s", rep.Table, p.What)
+				fix(p.Fix)
+			}
+			for _, a := range rep.Advice {
+				fmt.Fprintf(w, "warn  table %s: %s\n", rep.Table, a.What)
+				fix(a.Fix)
+			}
+		}
+	}
+
+	names := make([]string, 0, len(cfg.Destinations))
+	for n := range cfg.Destinations {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	log, _ := newLogger(io.Discard, g, cfg)
+	for _, name := range names {
+		d := cfg.Destinations[name]
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		dest, err := openDestination(dctx, name, d, cfg, log)
+		if err == nil {
+			if c, ok := dest.(destination.Checker); ok {
+				err = c.Check(dctx)
+			}
+			_ = dest.Close()
+		}
+		cancel()
+		if err != nil {
+			report(false, "destination %s (%s): %s", name, d.Type, redact.String(err.Error(), secrets...))
+		} else {
+			report(true, "destination %s (%s) reachable", name, d.Type)
+		}
+	}
+	if failed {
+		return errCheckFailed
+	}
+	return nil
+}

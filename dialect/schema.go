@@ -1,0 +1,25 @@
+package dialect
+
+import "context"
+
+// SchemaChecker is implemented by dialects that can compare the live table
+// with what the mapping needs (queuebox check).
+type SchemaChecker interface {
+	CheckSchema(ctx context.Context) (SchemaReport, error)
+}
+
+// SchemaReport is what CheckSchema found.
+type SchemaReport struct {
+	Table       string          // the table as configured (schema-qualified when it is)
+	TableExists bool            //
+	Problems    []SchemaProblem // empty when the table can be relayed as mapped
+	Advice      []SchemaProblem // not errors: indexes or columns that would help
+}
+
+// SchemaProblem is one thing the table lacks, with the statement that would
+// fix it.
+type SchemaProblem struct {
+	Column string // logical column, or "" for a table-level problem
+	What   string // what is wrong, in words
+	Fix    string // the DDL that would fix it, or the command to run
+}
