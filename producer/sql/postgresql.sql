@@ -1,0 +1,15 @@
+-- insert: every message of one Write (or one run of it, see writer.go) in
+-- one statement. $1 is a JSON array with one object per message, in call
+-- order; "ord" is its position. jsonb_to_recordset turns it into rows, the
+-- ORDER BY makes the sequence default follow the call order, and the
+-- scheduled time falls back to the database clock (now() + delay).
+-- {{ if .Notify }}$2 is the NOTIFY channel: pg_notify runs in the same
+-- transaction, so the notification is delivered at commit, never before.{{ end }}
+WITH ins AS (
+    INSERT INTO {{ .Table }} ({{ col "id" }}, {{ col "topic" }}, {{ col "key" }}, {{ col "payload" }}, {{ col "headers" }}, {{ col "aggregateType" }}, {{ col "state" }}, {{ col "scheduledAt" }}{{ if .MaxAttempts }}, {{ col "maxAttempts" }}{{ end }})
+    SELECT r.id, r.topic, r.key, r.payload, r.headers, r.aggregate_type, {{ state "pending" }}, COALESCE(r.scheduled_at, now() + r.delay_us * interval '1 microsecond'){{ if .MaxAttempts }}, r.max_attempts{{ end }}
+    FROM jsonb_to_recordset($1::jsonb) AS r(ord integer, id uuid, topic text, key text, payload jsonb, headers jsonb, aggregate_type text, scheduled_at timestamptz, delay_us bigint, max_attempts integer)
+    ORDER BY r.ord
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins){{ if .Notify }} FROM (SELECT pg_notify($2, '')) AS n{{ end }}
