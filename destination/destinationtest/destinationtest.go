@@ -1,0 +1,568 @@
+// Package destinationtest is the conformance suite every destination adapter
+// must pass. An adapter's _test.go calls Run with a function that builds a
+// fresh Harness (a Destination addressed at a fresh target, plus a way to read
+// back what arrived) and Features flags that skip what the adapter cannot
+// promise.
+//
+//	func TestConformance(t *testing.T) {
+//		destinationtest.Run(t, func(t *testing.T) destinationtest.Harness {
+//			// create a unique stream/topic/queue/server for t, clean it up with t.Cleanup
+//			return destinationtest.Harness{Destination: d, Topic: "orders", Receive: recv}
+//		}, destinationtest.Features{KeyHeader: true, OrderedPerKey: true})
+//	}
+//
+// Subtests run in parallel; newHarness must be safe to call concurrently and
+// every harness must own its target.
+package destinationtest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// Received is one message as it arrived at the target, read back through the
+// protocol itself.
+type Received struct {
+	// ID is the message identity as the protocol carries it: Nats-Msg-Id,
+	// X-Message-Id, the AMQP message_id property.
+	ID string
+	// Address is where it arrived: subject, topic, URL path,
+	// "exchange/routingKey".
+	Address string
+	// Key is the message key as the protocol carries it (the Kafka record
+	// key, the X-Message-Key header); empty when none.
+	Key string
+	// Headers are all headers/properties that arrived. Names are compared
+	// case-insensitively by the suite (HTTP canonicalises them, AMQP uses
+	// lower case).
+	Headers map[string]string
+	// Body is the message body.
+	Body []byte
+}
+
+// Harness is one fresh destination at one fresh target.
+type Harness struct {
+	// Destination publishes to the target. The suite closes it; the harness
+	// may close it again at cleanup (Close is idempotent).
+	Destination destination.Destination
+
+	// Topic is the row topic the suite puts on its messages; the destination
+	// must route it to the target Receive reads from. Empty: "queuebox.test".
+	Topic string
+
+	// Address, when non-empty, is the Received.Address every message of the
+	// suite must arrive at.
+	Address string
+
+	// Receive waits until n more messages have arrived and returns them in
+	// arrival order. When ctx ends first it returns what arrived, with
+	// ctx.Err(). Each call returns messages not returned before.
+	Receive func(ctx context.Context, n int) ([]Received, error)
+
+	// Poison, when set (Features.FailureInjection), changes m so that
+	// publishing it fails for that message only (a topic routed to a
+	// subject no stream covers, a header the test server answers with 500,
+	// ...). Permanent says which kind of failure to provoke; Publish must
+	// report that kind.
+	Poison func(m *outbox.Message, permanent bool)
+
+	// Missing, when set (Features.MissingTarget), returns a destination
+	// addressed at a target that does not exist. Publishing to it must fail
+	// every message with a retryable error, without hanging.
+	Missing func(t *testing.T) destination.Destination
+}
+
+// Features says what an adapter promises beyond the baseline. The baseline
+// (always tested): identity = row id, body = payload bytes, X-Topic and
+// X-Attempt headers, row headers added without overriding identity, a large
+// batch accepted without loss, empty batch is a no-op, a cancelled ctx makes
+// Publish fail without hanging, Close is idempotent and Publish after Close
+// fails.
+type Features struct {
+	// KeyHeader: X-Message-Key is sent when the key is non-empty, and only
+	// then.
+	KeyHeader bool
+	// KeyPreserved: Received.Key equals the row key (from the header or
+	// the protocol's own key).
+	KeyPreserved bool
+	// OrderedPerKey: messages sharing a key arrive in batch order.
+	OrderedPerKey bool
+	// FailureInjection: Harness.Poison is set.
+	FailureInjection bool
+	// PermanentInjection: Harness.Poison can provoke permanent failures
+	// (otherwise only retryable ones are tested).
+	PermanentInjection bool
+	// MissingTarget: Harness.Missing is set.
+	MissingTarget bool
+	// IdentityHeaders are header names that must carry the id besides
+	// Received.ID (HTTP: X-Message-Id, Idempotency-Key). A row header of
+	// the same name must not override them.
+	IdentityHeaders []string
+	// BatchSize of the no-loss test; 0 means 500.
+	BatchSize int
+	// Timeout bounds each wait for messages; 0 means 20s.
+	Timeout time.Duration
+}
+
+// identityNames are the identity headers of every protocol; the suite puts
+// them in row headers to prove that none overrides the identity.
+var identityNames = []string{"Nats-Msg-Id", "X-Message-Id", "Idempotency-Key", "message_id", "Message-Id"}
+
+// Run runs the conformance suite. newHarness is called once per subtest.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness, f Features) {
+	if f.BatchSize <= 0 {
+		f.BatchSize = 500
+	}
+	if f.Timeout <= 0 {
+		f.Timeout = 20 * time.Second
+	}
+	s := &suite{newHarness: newHarness, f: f}
+	tests := []struct {
+		name string
+		fn   func(t *testing.T)
+		skip string
+	}{
+		{"IdentityAndBody", s.identityAndBody, ""},
+		{"Headers", s.headers, ""},
+		{"RowHeadersCannotOverrideIdentity", s.rowHeadersCannotOverrideIdentity, ""},
+		{"LargeBatchNoLoss", s.largeBatch, ""},
+		{"OrderWithinKey", s.orderWithinKey, skipUnless(f.OrderedPerKey, "OrderedPerKey")},
+		{"CancelledContext", s.cancelledContext, ""},
+		{"EmptyBatch", s.emptyBatch, ""},
+		{"PerMessageFailure", s.perMessageFailure, skipUnless(f.FailureInjection, "FailureInjection")},
+		{"MissingTarget", s.missingTarget, skipUnless(f.MissingTarget, "MissingTarget")},
+		{"CloseIdempotent", s.closeIdempotent, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.skip != "" {
+				t.Skip(tc.skip)
+			}
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+func skipUnless(ok bool, feature string) string {
+	if ok {
+		return ""
+	}
+	return "adapter does not claim Features." + feature
+}
+
+type suite struct {
+	newHarness func(t *testing.T) Harness
+	f          Features
+}
+
+func (s *suite) harness(t *testing.T) Harness {
+	t.Helper()
+	h := s.newHarness(t)
+	if h.Destination == nil {
+		t.Fatal("harness has no Destination")
+	}
+	if h.Receive == nil {
+		t.Fatal("harness has no Receive")
+	}
+	if h.Topic == "" {
+		h.Topic = "queuebox.test"
+	}
+	t.Cleanup(func() { _ = h.Destination.Close() })
+	return h
+}
+
+func (s *suite) ctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), s.f.Timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// NewID returns a random UUID (version 4) in its canonical text form.
+func NewID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func (s *suite) message(h Harness, i int) outbox.Message {
+	id := NewID()
+	return outbox.Message{
+		ID:            id,
+		Topic:         h.Topic,
+		Payload:       fmt.Appendf(nil, `{"n":%d,"id":%q}`, i, id),
+		Headers:       map[string]string{},
+		AggregateType: "test",
+		MaxAttempts:   5,
+		Sequence:      int64(i + 1),
+		CreatedAt:     time.Now(),
+		ScheduledAt:   time.Now(),
+	}
+}
+
+// Header returns the value of header name in r, compared case-insensitively.
+func (r Received) Header(name string) (string, bool) {
+	if v, ok := r.Headers[name]; ok {
+		return v, true
+	}
+	for k, v := range r.Headers {
+		if strings.EqualFold(k, name) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// publish calls Publish and fails t on any error.
+func (s *suite) publish(t *testing.T, h Harness, msgs []outbox.Message) {
+	t.Helper()
+	if err := h.Destination.Publish(s.ctx(t), msgs); err != nil {
+		t.Fatalf("Publish(%d messages): %v", len(msgs), err)
+	}
+}
+
+// collect reads until every message of msgs has arrived at least once and
+// returns, per id, the first arrival, and the ids in order of first arrival.
+func (s *suite) collect(t *testing.T, h Harness, msgs []outbox.Message) (map[string]Received, []string) {
+	t.Helper()
+	ctx := s.ctx(t)
+	want := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		want[m.ID] = true
+	}
+	got := make(map[string]Received, len(msgs))
+	var order []string
+	for len(got) < len(want) {
+		rs, err := h.Receive(ctx, len(want)-len(got))
+		for _, r := range rs {
+			if !want[r.ID] {
+				t.Errorf("received a message with unexpected id %q (body %q)", r.ID, r.Body)
+				continue
+			}
+			if _, dup := got[r.ID]; !dup {
+				got[r.ID] = r
+				order = append(order, r.ID)
+			}
+		}
+		if err != nil && len(got) < len(want) {
+			var missing []string
+			for _, m := range msgs {
+				if _, ok := got[m.ID]; !ok {
+					missing = append(missing, m.ID)
+				}
+			}
+			t.Fatalf("Receive: %v; %d of %d messages never arrived (first: %s)", err, len(missing), len(msgs), missing[0])
+		}
+	}
+	return got, order
+}
+
+func (s *suite) checkAddress(t *testing.T, h Harness, r Received) {
+	t.Helper()
+	if h.Address != "" && r.Address != h.Address {
+		t.Errorf("message %s arrived at %q, want %q", r.ID, r.Address, h.Address)
+	}
+}
+
+func (s *suite) identityAndBody(t *testing.T) {
+	h := s.harness(t)
+	msgs := make([]outbox.Message, 10)
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+	}
+	msgs[3].Payload = []byte(`{"unicode":"h\u00e9llo \u2713","nested":{"a":[1,2,3]},"s":"line\nbreak"}`)
+	s.publish(t, h, msgs)
+	got, _ := s.collect(t, h, msgs)
+	for _, m := range msgs {
+		r := got[m.ID]
+		if string(r.Body) != string(m.Payload) {
+			t.Errorf("message %s: body %q, want payload bytes %q", m.ID, r.Body, m.Payload)
+		}
+		for _, name := range s.f.IdentityHeaders {
+			if v, _ := r.Header(name); v != m.ID {
+				t.Errorf("message %s: identity header %s = %q, want the id", m.ID, name, v)
+			}
+		}
+		s.checkAddress(t, h, r)
+	}
+}
+
+func (s *suite) headers(t *testing.T) {
+	h := s.harness(t)
+	keyed := s.message(h, 0)
+	keyed.Key = "customer-42"
+	keyed.Headers = map[string]string{"X-Trace": "trace-1", "tenant": "acme"}
+	unkeyed := s.message(h, 1)
+	unkeyed.Headers = map[string]string{"X-Trace": "trace-2"}
+	retried := s.message(h, 2)
+	retried.Attempt = 3
+	retried.Key = "customer-7"
+	msgs := []outbox.Message{keyed, unkeyed, retried}
+	s.publish(t, h, msgs)
+	got, _ := s.collect(t, h, msgs)
+
+	for _, m := range msgs {
+		r := got[m.ID]
+		if v, ok := r.Header("X-Topic"); !ok || v != m.Topic {
+			t.Errorf("message %s: X-Topic = %q (present %v), want %q", m.ID, v, ok, m.Topic)
+		}
+		if v, ok := r.Header("X-Attempt"); !ok || v != strconv.Itoa(m.Attempt) {
+			t.Errorf("message %s: X-Attempt = %q (present %v), want %q", m.ID, v, ok, strconv.Itoa(m.Attempt))
+		}
+		if s.f.KeyHeader {
+			v, ok := r.Header("X-Message-Key")
+			switch {
+			case m.Key == "" && ok:
+				t.Errorf("message %s has no key but X-Message-Key = %q was sent", m.ID, v)
+			case m.Key != "" && v != m.Key:
+				t.Errorf("message %s: X-Message-Key = %q (present %v), want %q", m.ID, v, ok, m.Key)
+			}
+		}
+		if s.f.KeyPreserved && r.Key != m.Key {
+			t.Errorf("message %s: key %q, want %q", m.ID, r.Key, m.Key)
+		}
+		for k, want := range m.Headers {
+			if v, ok := r.Header(k); !ok || v != want {
+				t.Errorf("message %s: row header %s = %q (present %v), want %q", m.ID, k, v, ok, want)
+			}
+		}
+	}
+	if v, ok := got[retried.ID].Header("X-Trace"); ok {
+		t.Errorf("message %s has no row headers but got X-Trace = %q from another message", retried.ID, v)
+	}
+}
+
+func (s *suite) rowHeadersCannotOverrideIdentity(t *testing.T) {
+	h := s.harness(t)
+	msgs := make([]outbox.Message, 3)
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+		for _, name := range append(append([]string{}, identityNames...), s.f.IdentityHeaders...) {
+			msgs[i].Headers[name] = "forged-id"
+			msgs[i].Headers[strings.ToLower(name)] = "forged-id"
+		}
+	}
+	s.publish(t, h, msgs)
+	got, _ := s.collect(t, h, msgs)
+	for _, m := range msgs {
+		r := got[m.ID]
+		if r.ID != m.ID {
+			t.Errorf("identity overridden by a row header: got %q, want %q", r.ID, m.ID)
+		}
+		for _, name := range s.f.IdentityHeaders {
+			if v, _ := r.Header(name); v != m.ID {
+				t.Errorf("message %s: identity header %s = %q, want the id (row header must not override it)", m.ID, name, v)
+			}
+		}
+	}
+}
+
+func (s *suite) largeBatch(t *testing.T) {
+	h := s.harness(t)
+	msgs := make([]outbox.Message, s.f.BatchSize)
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+		if i%3 != 0 {
+			msgs[i].Key = fmt.Sprintf("k%d", i%17)
+		}
+	}
+	s.publish(t, h, msgs)
+	got, _ := s.collect(t, h, msgs)
+	for _, m := range msgs {
+		if r := got[m.ID]; string(r.Body) != string(m.Payload) {
+			t.Fatalf("message %s: body %q, want %q", m.ID, r.Body, m.Payload)
+		}
+	}
+}
+
+func (s *suite) orderWithinKey(t *testing.T) {
+	h := s.harness(t)
+	keys := []string{"a", "b", "c", "d"}
+	msgs := make([]outbox.Message, 120)
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+		msgs[i].Key = keys[i%len(keys)]
+	}
+	s.publish(t, h, msgs)
+	_, order := s.collect(t, h, msgs)
+	pos := make(map[string]int, len(order))
+	for i, id := range order {
+		pos[id] = i
+	}
+	last := map[string]int{}
+	lastID := map[string]string{}
+	for _, m := range msgs {
+		p := pos[m.ID]
+		if prev, ok := last[m.Key]; ok && p < prev {
+			t.Errorf("key %q: message %s (seq %d) arrived before %s, which precedes it in the batch", m.Key, m.ID, m.Sequence, lastID[m.Key])
+		}
+		last[m.Key], lastID[m.Key] = p, m.ID
+	}
+}
+
+func (s *suite) cancelledContext(t *testing.T) {
+	h := s.harness(t)
+	msgs := make([]outbox.Message, 20)
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.Destination.Publish(ctx, msgs) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Publish with a cancelled context returned nil")
+		}
+		for i := range msgs {
+			e := destination.ErrorAt(err, i)
+			if e == nil {
+				t.Errorf("message %d reported as accepted although ctx was cancelled before Publish", i)
+				continue
+			}
+			if outbox.IsPermanent(e) {
+				t.Errorf("message %d: a cancelled context must not be a permanent failure: %v", i, e)
+			}
+		}
+	case <-time.After(s.f.Timeout):
+		t.Fatalf("Publish with a cancelled context did not return within %v", s.f.Timeout)
+	}
+
+	// The destination stays usable.
+	m := s.message(h, 99)
+	s.publish(t, h, []outbox.Message{m})
+	s.collect(t, h, []outbox.Message{m})
+}
+
+func (s *suite) emptyBatch(t *testing.T) {
+	h := s.harness(t)
+	if err := h.Destination.Publish(s.ctx(t), nil); err != nil {
+		t.Fatalf("Publish(nil) = %v, want nil", err)
+	}
+	if err := h.Destination.Publish(s.ctx(t), []outbox.Message{}); err != nil {
+		t.Fatalf("Publish(empty) = %v, want nil", err)
+	}
+	// Nothing arrived: the next message is the first one read back.
+	m := s.message(h, 0)
+	s.publish(t, h, []outbox.Message{m})
+	rs, err := h.Receive(s.ctx(t), 1)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	if len(rs) != 1 || rs[0].ID != m.ID {
+		t.Fatalf("an empty batch sent something: first message read back is %+v, want %s", rs, m.ID)
+	}
+}
+
+func (s *suite) perMessageFailure(t *testing.T) {
+	if s.f.PermanentInjection {
+		t.Run("Permanent", func(t *testing.T) { s.failures(t, true) })
+	}
+	t.Run("Retryable", func(t *testing.T) { s.failures(t, false) })
+}
+
+func (s *suite) failures(t *testing.T, permanent bool) {
+	h := s.harness(t)
+	if h.Poison == nil {
+		t.Fatal("Features.FailureInjection is set but Harness.Poison is nil")
+	}
+	msgs := make([]outbox.Message, 8)
+	bad := map[int]bool{1: true, 4: true, 7: true}
+	var good []outbox.Message
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+		if bad[i] {
+			h.Poison(&msgs[i], permanent)
+		} else {
+			good = append(good, msgs[i])
+		}
+	}
+	err := h.Destination.Publish(s.ctx(t), msgs)
+	var be *destination.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("Publish = %v (%T), want a *destination.BatchError", err, err)
+	}
+	if len(be.Errs) != len(msgs) {
+		t.Fatalf("BatchError has %d entries, want %d", len(be.Errs), len(msgs))
+	}
+	for i := range msgs {
+		e := destination.ErrorAt(err, i)
+		switch {
+		case bad[i] && e == nil:
+			t.Errorf("message %d was poisoned but reported as accepted", i)
+		case !bad[i] && e != nil:
+			t.Errorf("message %d was good but failed: %v", i, e)
+		case bad[i] && permanent && !outbox.IsPermanent(e):
+			t.Errorf("message %d: want a permanent error, got %v", i, e)
+		case bad[i] && !permanent && !outbox.IsRetryable(e):
+			t.Errorf("message %d: want a retryable error, got %v", i, e)
+		}
+	}
+	got, _ := s.collect(t, h, good)
+	for _, m := range good {
+		if string(got[m.ID].Body) != string(m.Payload) {
+			t.Errorf("message %s: wrong body %q", m.ID, got[m.ID].Body)
+		}
+	}
+}
+
+func (s *suite) missingTarget(t *testing.T) {
+	h := s.harness(t)
+	if h.Missing == nil {
+		t.Fatal("Features.MissingTarget is set but Harness.Missing is nil")
+	}
+	d := h.Missing(t)
+	t.Cleanup(func() { _ = d.Close() })
+	msgs := []outbox.Message{s.message(h, 0), s.message(h, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), s.f.Timeout)
+	defer cancel()
+	err := d.Publish(ctx, msgs)
+	if err == nil {
+		t.Fatal("Publish to a missing target returned nil")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Publish to a missing target only returned when ctx ended (%v): it must fail by itself", err)
+	}
+	for i := range msgs {
+		if e := destination.ErrorAt(err, i); e == nil || !outbox.IsRetryable(e) {
+			t.Errorf("message %d: want a retryable error, got %v", i, e)
+		}
+	}
+}
+
+func (s *suite) closeIdempotent(t *testing.T) {
+	h := s.harness(t)
+	m := s.message(h, 0)
+	s.publish(t, h, []outbox.Message{m})
+	s.collect(t, h, []outbox.Message{m})
+	if err := h.Destination.Close(); err != nil {
+		t.Fatalf("first Close: %v", err)
+	}
+	if err := h.Destination.Close(); err != nil {
+		t.Fatalf("second Close: %v (Close must be idempotent)", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.Destination.Publish(s.ctx(t), []outbox.Message{s.message(h, 1)}) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Publish after Close returned nil")
+		}
+	case <-time.After(s.f.Timeout):
+		t.Fatal("Publish after Close hung")
+	}
+}

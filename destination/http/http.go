@@ -1,0 +1,573 @@
+// Package httpdest is the HTTP (webhook) destination: each outbox message is
+// POSTed, body = payload bytes, to a URL rendered from a template, with the
+// row id in X-Message-Id and Idempotency-Key so that the receiver can
+// deduplicate redeliveries. The package lives in destination/http but is
+// named httpdest so that it does not shadow net/http where both are used.
+//
+// Outcome per message:
+//
+//	2xx                         success
+//	400, 410, 413, 422          permanent: the row goes dead at once, reason kept
+//	401, 403                    retryable and Unavailable (a credential problem
+//	                            of the whole destination: do not burn attempts)
+//	408, 429, 5xx               retryable; Retry-After (seconds or HTTP date)
+//	                            honoured, capped by MaxRetryAfter
+//	404 and other 4xx           retryable (a route not deployed yet, a method
+//	                            not allowed: configuration that gets fixed)
+//	3xx                         retryable; redirects are never followed and the
+//	                            error says where it pointed
+//	connection refused, DNS     retryable and Unavailable
+//	request timeout             retryable
+//
+// Messages of one non-empty key are sent one after another in batch order;
+// when one fails, the later messages of that key in the batch are not sent
+// (they fail with a retryable error) so that order holds. Other messages
+// are sent concurrently, at most Concurrency requests at a time for the
+// destination.
+package httpdest
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/router"
+)
+
+// Headers sent with every request (contract §4).
+const (
+	HeaderMessageID      = "X-Message-Id"
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderTopic          = "X-Topic"
+	HeaderAttempt        = "X-Attempt"
+	HeaderMessageKey     = "X-Message-Key"
+)
+
+// Defaults applied by New.
+const (
+	DefaultTimeout       = 10 * time.Second
+	DefaultConcurrency   = 8
+	DefaultMaxRetryAfter = 5 * time.Minute
+	// SnippetLimit is how many bytes of a failed response's body go into
+	// the error.
+	SnippetLimit = 256
+)
+
+// Auth is a bearer token or basic credentials; set one of the two.
+type Auth struct {
+	Bearer   string
+	Username string
+	Password string
+}
+
+// TLS configures the client side of HTTPS connections.
+type TLS struct {
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	InsecureSkipVerify bool
+}
+
+// Options configures a Destination; the fields map one to one onto the
+// `type: http` destination keys of the configuration.
+type Options struct {
+	// Name is the destination's name in the configuration.
+	Name string
+	// URL is the URL template, e.g. "https://hooks.example/{{ topic }}".
+	// The rendered values are inserted as they are (not escaped).
+	URL string
+	// Timeout bounds each request. 0: DefaultTimeout.
+	Timeout time.Duration
+	// Headers are static headers added to every request. Row headers
+	// cannot override them nor the headers of the contract.
+	Headers map[string]string
+	Auth    *Auth
+	// Concurrency bounds the requests in flight for the destination.
+	// 0: DefaultConcurrency.
+	Concurrency int
+	// MaxRetryAfter caps a receiver's Retry-After. 0: DefaultMaxRetryAfter.
+	MaxRetryAfter time.Duration
+	TLS           *TLS
+}
+
+// Destination POSTs messages to an HTTP endpoint. It is safe for
+// concurrent use.
+type Destination struct {
+	name          string
+	url           *router.Template
+	dialAddr      string // host:port for Check; "" when the host is a template
+	client        *http.Client
+	transport     *http.Transport
+	headers       http.Header
+	authValue     string
+	secrets       []string
+	timeout       time.Duration
+	maxRetryAfter time.Duration
+	sem           chan struct{}
+	log           *slog.Logger
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+var (
+	_ destination.Destination = (*Destination)(nil)
+	_ destination.Checker     = (*Destination)(nil)
+)
+
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("http destination is closed")
+
+// reservedHeaders are set by the destination; row headers of these names
+// are dropped.
+var reservedHeaders = map[string]bool{
+	HeaderMessageID: true, HeaderIdempotencyKey: true, HeaderTopic: true, HeaderAttempt: true,
+	HeaderMessageKey: true, "Content-Type": true, "Authorization": true, "Host": true,
+	"Content-Length": true, "Transfer-Encoding": true, "Connection": true,
+}
+
+// New validates o and returns a Destination. It does not contact the
+// endpoint (see Check).
+func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.Name == "" {
+		o.Name = "http"
+	}
+	if o.URL == "" {
+		return nil, fmt.Errorf("http destination %q: url is required", o.Name)
+	}
+	tmpl, err := router.ParseTemplate(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("http destination %q: url: %w", o.Name, err)
+	}
+	dialAddr, err := staticDialAddr(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("http destination %q: url: %w", o.Name, err)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.MaxRetryAfter <= 0 {
+		o.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	d := &Destination{
+		name:          o.Name,
+		url:           tmpl,
+		dialAddr:      dialAddr,
+		headers:       http.Header{},
+		timeout:       o.Timeout,
+		maxRetryAfter: o.MaxRetryAfter,
+		sem:           make(chan struct{}, o.Concurrency),
+		log:           log.With("destination", o.Name, "type", "http"),
+		closed:        make(chan struct{}),
+	}
+	for k, v := range o.Headers {
+		if reservedHeaders[http.CanonicalHeaderKey(k)] {
+			return nil, fmt.Errorf("http destination %q: headers: %s is set by queuebox itself", o.Name, k)
+		}
+		d.headers.Set(k, v)
+	}
+	if a := o.Auth; a != nil {
+		switch {
+		case a.Bearer != "" && (a.Username != "" || a.Password != ""):
+			return nil, fmt.Errorf("http destination %q: auth: set bearer or username/password, not both", o.Name)
+		case a.Bearer != "":
+			d.authValue = "Bearer " + a.Bearer
+			d.secrets = append(d.secrets, a.Bearer)
+		case a.Username != "" || a.Password != "":
+			cred := base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password))
+			d.authValue = "Basic " + cred
+			d.secrets = append(d.secrets, cred)
+			if a.Password != "" {
+				d.secrets = append(d.secrets, a.Password)
+			}
+		}
+	}
+	if u, err := url.Parse(o.URL); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			d.secrets = append(d.secrets, p)
+		}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = o.Concurrency
+	tr.MaxConnsPerHost = 0
+	if o.TLS != nil {
+		cfg, err := tlsConfig(o.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("http destination %q: tls: %w", o.Name, err)
+		}
+		tr.TLSClientConfig = cfg
+	}
+	d.transport = tr
+	d.client = &http.Client{
+		Transport: tr,
+		// Redirects are not followed: a 3xx is reported as a failure that
+		// names its Location.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return d, nil
+}
+
+// staticDialAddr returns host:port of the URL template when its scheme and
+// host are literal, and "" when the host is a template.
+func staticDialAddr(src string) (string, error) {
+	rest := src
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	} else {
+		return "", fmt.Errorf("%q has no scheme (want http:// or https://)", redactURL(src))
+	}
+	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
+		rest = rest[:j]
+	}
+	if strings.Contains(src[:strings.Index(src, "://")], "{{") {
+		return "", fmt.Errorf("the scheme of %q cannot be a template", redactURL(src))
+	}
+	if strings.Contains(rest, "{{") {
+		return "", nil
+	}
+	u, err := url.Parse(strings.ReplaceAll(strings.ReplaceAll(src, "{{", "x"), "}}", "x"))
+	if err != nil {
+		return "", fmt.Errorf("%q: %v", redactURL(src), err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("%q: scheme %q is not http or https", redactURL(src), u.Scheme)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
+// Publish POSTs every message, at most Concurrency at a time, messages of
+// one key in batch order, and reports the outcome per message.
+func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	select {
+	case <-d.closed:
+		return fmt.Errorf("http destination %q: %w", d.name, ErrClosed)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("http destination %q: not sent: %w", d.name, err)
+	}
+	// Group by key: one sequential lane per non-empty key, one lane per
+	// unkeyed message.
+	var lanes [][]int
+	byKey := map[string]int{}
+	for i := range msgs {
+		k := msgs[i].Key
+		if k == "" {
+			lanes = append(lanes, []int{i})
+			continue
+		}
+		if l, ok := byKey[k]; ok {
+			lanes[l] = append(lanes[l], i)
+			continue
+		}
+		byKey[k] = len(lanes)
+		lanes = append(lanes, []int{i})
+	}
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n, i := range lane {
+				errs[i] = d.send(ctx, &msgs[i])
+				if errs[i] != nil && n+1 < len(lane) {
+					for _, j := range lane[n+1:] {
+						errs[j] = fmt.Errorf("http destination %q: not sent: message %s of key %q earlier in the batch failed", d.name, msgs[i].ID, msgs[i].Key)
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return destination.NewBatchError(errs)
+}
+
+func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
+	select {
+	case d.sem <- struct{}{}:
+		defer func() { <-d.sem }()
+	case <-ctx.Done():
+		return fmt.Errorf("http destination %q: not sent: %w", d.name, ctx.Err())
+	case <-d.closed:
+		return fmt.Errorf("http destination %q: %w", d.name, ErrClosed)
+	}
+	target, err := d.url.Render(m)
+	if err != nil {
+		return fmt.Errorf("http destination %q: url: %w", d.name, err)
+	}
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return outbox.Permanent(fmt.Errorf("http destination %q: rendered url %q is not a valid http(s) URL", d.name, redactURL(target)))
+	}
+	rctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, target, bytes.NewReader(m.Payload))
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("http destination %q: request: %s", d.name, d.redact(err.Error())))
+	}
+	d.setHeaders(req.Header, m)
+	shown := redactURL(target)
+
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return d.transportError(ctx, rctx, shown, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return nil
+	}
+	snippet := d.snippet(resp.Body)
+	return d.statusError(resp, shown, snippet)
+}
+
+func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
+	for k, v := range m.Headers {
+		ck := http.CanonicalHeaderKey(k)
+		if reservedHeaders[ck] || d.headers.Get(ck) != "" || strings.ContainsAny(k, " :\r\n") {
+			continue
+		}
+		h.Set(ck, v)
+	}
+	for k, v := range d.headers {
+		h[k] = v
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set(HeaderMessageID, m.ID)
+	h.Set(HeaderIdempotencyKey, m.ID)
+	h.Set(HeaderTopic, m.Topic)
+	h.Set(HeaderAttempt, strconv.Itoa(m.Attempt))
+	if m.Key != "" {
+		h.Set(HeaderMessageKey, m.Key)
+	}
+	if d.authValue != "" {
+		h.Set("Authorization", d.authValue)
+	}
+}
+
+func (d *Destination) transportError(ctx, rctx context.Context, target string, err error) error {
+	msg := d.redact(err.Error())
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("http destination %q: POST %s: not completed before the context ended: %w", d.name, target, ctx.Err())
+	case errors.Is(rctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("http destination %q: POST %s: timed out after %v", d.name, target, d.timeout)
+	case isDialError(err):
+		return outbox.Unavailable(fmt.Errorf("http destination %q: POST %s: cannot connect: %s", d.name, target, msg))
+	default:
+		return fmt.Errorf("http destination %q: POST %s: %s", d.name, target, msg)
+	}
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// StatusError is the failure of a request that got a response.
+type StatusError struct {
+	StatusCode int
+	Location   string // for a 3xx
+	text       string
+}
+
+func (e *StatusError) Error() string { return e.text }
+
+func (d *Destination) statusError(resp *http.Response, target, snippet string) error {
+	code := resp.StatusCode
+	se := &StatusError{StatusCode: code}
+	var b strings.Builder
+	fmt.Fprintf(&b, "http destination %q: POST %s: %s", d.name, target, resp.Status)
+	if code >= 300 && code < 400 {
+		se.Location = redactURL(resp.Header.Get("Location"))
+		fmt.Fprintf(&b, ": redirect to %q not followed", se.Location)
+	}
+	if snippet != "" {
+		fmt.Fprintf(&b, ": %s", snippet)
+	}
+	se.text = b.String()
+	var err error = se
+	switch code {
+	case http.StatusBadRequest, http.StatusGone, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return outbox.Permanent(err)
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return outbox.Unavailable(err)
+	}
+	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
+		if after, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return outbox.RetryAfter(err, min(after, d.maxRetryAfter))
+		}
+	}
+	return err
+}
+
+// retryAfter parses a Retry-After value: delay seconds or an HTTP date.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		if n > int64(365*24*time.Hour/time.Second) {
+			n = int64(365 * 24 * time.Hour / time.Second)
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+// snippet reads at most SnippetLimit bytes of body for the error text,
+// redacted and quoted, and discards a bounded rest so that the connection
+// can be reused.
+func (d *Destination) snippet(body io.Reader) string {
+	buf, _ := io.ReadAll(io.LimitReader(body, SnippetLimit+1))
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	truncated := len(buf) > SnippetLimit
+	if truncated {
+		buf = buf[:SnippetLimit]
+	}
+	s := strings.TrimSpace(strings.ToValidUTF8(string(buf), "?"))
+	if s == "" {
+		return ""
+	}
+	s = strconv.Quote(d.redact(s))
+	if truncated {
+		s += " (truncated)"
+	}
+	return s
+}
+
+// redact hides the credentials of the destination in s.
+func (d *Destination) redact(s string) string {
+	for _, secret := range d.secrets {
+		if len(secret) >= 3 {
+			s = strings.ReplaceAll(s, secret, "[REDACTED]")
+		}
+	}
+	return s
+}
+
+// sensitiveQuery are query parameter names whose values are hidden in
+// errors and logs.
+var sensitiveQuery = []string{"token", "secret", "password", "passwd", "key", "sig", "signature", "auth", "code"}
+
+// redactURL hides the password and sensitive query values of a URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if i := strings.LastIndex(s, "@"); i >= 0 {
+			if j := strings.Index(s, "://"); j >= 0 && j < i {
+				return s[:j+3] + "[REDACTED]" + s[i:]
+			}
+		}
+		return s
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for name := range q {
+			ln := strings.ToLower(name)
+			for _, sq := range sensitiveQuery {
+				if strings.Contains(ln, sq) {
+					q.Set(name, "REDACTED")
+				}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// Check dials the endpoint's host (TCP only). An HTTP request is not made:
+// a HEAD or OPTIONS on a webhook may be unsupported or have side effects.
+// When the host is a template, Check only reports whether the destination
+// is open.
+func (d *Destination) Check(ctx context.Context) error {
+	select {
+	case <-d.closed:
+		return ErrClosed
+	default:
+	}
+	if d.dialAddr == "" {
+		return nil
+	}
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "tcp", d.dialAddr)
+	if err != nil {
+		return outbox.Unavailable(fmt.Errorf("http destination %q: cannot connect to %s: %w", d.name, d.dialAddr, err))
+	}
+	return conn.Close()
+}
+
+// Close stops new requests and closes idle connections. It is idempotent.
+func (d *Destination) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.closed)
+		d.transport.CloseIdleConnections()
+	})
+	return nil
+}
+
+func tlsConfig(t *TLS) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("caFile %s: no PEM certificates", t.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,455 @@
+package httpdest_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/destinationtest"
+	httpdest "github.com/queuebox/queuebox/destination/http"
+	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// recorder is a receiver that keeps every request it accepts.
+type recorder struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	got  []destinationtest.Received
+	read int
+}
+
+func newRecorder() *recorder {
+	r := &recorder{}
+	r.cond = sync.NewCond(&r.mu)
+	return r
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if !strings.HasPrefix(req.URL.Path, "/hooks/") {
+		http.NotFound(w, req)
+		return
+	}
+	if s := req.Header.Get("X-Test-Status"); s != "" {
+		code, _ := strconv.Atoi(s)
+		http.Error(w, "injected failure", code)
+		return
+	}
+	body, _ := io.ReadAll(req.Body)
+	h := map[string]string{}
+	for k, v := range req.Header {
+		h[k] = v[0]
+	}
+	r.mu.Lock()
+	r.got = append(r.got, destinationtest.Received{
+		ID: req.Header.Get("X-Message-Id"), Address: req.URL.Path, Key: req.Header.Get("X-Message-Key"), Headers: h, Body: body,
+	})
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *recorder) receive(ctx context.Context, n int) ([]destinationtest.Received, error) {
+	stop := context.AfterFunc(ctx, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
+	defer stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.got)-r.read < n && ctx.Err() == nil {
+		r.cond.Wait()
+	}
+	end := min(r.read+n, len(r.got))
+	out := append([]destinationtest.Received(nil), r.got[r.read:end]...)
+	r.read = end
+	if len(out) < n {
+		return out, ctx.Err()
+	}
+	return out, nil
+}
+
+func logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func newDest(t *testing.T, o httpdest.Options) *httpdest.Destination {
+	t.Helper()
+	d, err := httpdest.New(context.Background(), o, logger())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	destinationtest.Run(t, func(t *testing.T) destinationtest.Harness {
+		rec := newRecorder()
+		srv := httptest.NewServer(rec)
+		t.Cleanup(srv.Close)
+		d := newDest(t, httpdest.Options{Name: "hooks", URL: srv.URL + "/hooks/{{ topic }}", Concurrency: 16})
+		return destinationtest.Harness{
+			Destination: d,
+			Topic:       "order.created",
+			Address:     "/hooks/order.created",
+			Receive:     rec.receive,
+			Poison: func(m *outbox.Message, permanent bool) {
+				if permanent {
+					m.Headers["X-Test-Status"] = "422"
+				} else {
+					m.Headers["X-Test-Status"] = "503"
+				}
+			},
+			Missing: func(t *testing.T) destination.Destination {
+				return newDest(t, httpdest.Options{URL: srv.URL + "/nothing-here/{{ topic }}"})
+			},
+		}
+	}, destinationtest.Features{
+		KeyHeader:          true,
+		KeyPreserved:       true,
+		OrderedPerKey:      true,
+		FailureInjection:   true,
+		PermanentInjection: true,
+		MissingTarget:      true,
+		IdentityHeaders:    []string{"X-Message-Id", "Idempotency-Key"},
+	})
+}
+
+func msg() outbox.Message {
+	return outbox.Message{ID: destinationtest.NewID(), Topic: "t", Payload: []byte(`{}`)}
+}
+
+// publishOne publishes one message to a server answering with h and
+// returns the message's outcome.
+func publishOne(t *testing.T, o httpdest.Options, h http.HandlerFunc) error {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	if o.URL == "" {
+		o.URL = srv.URL + "/hook"
+	}
+	d := newDest(t, o)
+	err := d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{msg()})
+	return destination.ErrorAt(err, 0)
+}
+
+func TestStatusClasses(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		code                   int
+		ok, permanent, unavail bool
+	}{
+		{200, true, false, false}, {201, true, false, false}, {202, true, false, false}, {204, true, false, false},
+		{400, false, true, false}, {410, false, true, false}, {413, false, true, false}, {422, false, true, false},
+		{401, false, false, true}, {403, false, false, true},
+		{404, false, false, false}, {405, false, false, false}, {408, false, false, false}, {409, false, false, false},
+		{429, false, false, false}, {500, false, false, false}, {502, false, false, false}, {503, false, false, false},
+	}
+	for _, c := range cases {
+		t.Run(strconv.Itoa(c.code), func(t *testing.T) {
+			t.Parallel()
+			err := publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(c.code) })
+			switch {
+			case c.ok && err != nil:
+				t.Fatalf("status %d: want success, got %v", c.code, err)
+			case c.ok:
+				return
+			case err == nil:
+				t.Fatalf("status %d: want a failure", c.code)
+			}
+			if outbox.IsPermanent(err) != c.permanent {
+				t.Errorf("status %d: permanent = %v, want %v (%v)", c.code, outbox.IsPermanent(err), c.permanent, err)
+			}
+			if outbox.IsUnavailable(err) != c.unavail {
+				t.Errorf("status %d: unavailable = %v, want %v (%v)", c.code, outbox.IsUnavailable(err), c.unavail, err)
+			}
+			var se *httpdest.StatusError
+			if !errors.As(err, &se) || se.StatusCode != c.code {
+				t.Errorf("status %d: error %v carries no StatusError with the code", c.code, err)
+			}
+		})
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	err := publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(429)
+	})
+	if d, ok := outbox.RetryDelay(err); !ok || d != 7*time.Second || !outbox.IsRetryable(err) {
+		t.Errorf("Retry-After: 7 → delay %v (%v), retryable %v; want 7s", d, ok, outbox.IsRetryable(err))
+	}
+
+	date := time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
+	err = publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", date)
+		w.WriteHeader(503)
+	})
+	if d, ok := outbox.RetryDelay(err); !ok || d < 80*time.Second || d > 91*time.Second {
+		t.Errorf("Retry-After: %s → delay %v (%v); want about 90s", date, d, ok)
+	}
+
+	err = publishOne(t, httpdest.Options{MaxRetryAfter: time.Minute}, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "86400")
+		w.WriteHeader(503)
+	})
+	if d, ok := outbox.RetryDelay(err); !ok || d != time.Minute {
+		t.Errorf("Retry-After: 86400 with MaxRetryAfter 1m → %v (%v); want 1m", d, ok)
+	}
+
+	err = publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "soon")
+		w.WriteHeader(503)
+	})
+	if _, ok := outbox.RetryDelay(err); ok || err == nil {
+		t.Errorf("unparsable Retry-After: want a plain retryable error, got %v", err)
+	}
+}
+
+func TestRedirectNotFollowed(t *testing.T) {
+	t.Parallel()
+	var followed atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			followed.Store(true)
+			return
+		}
+		http.Redirect(w, r, "/moved", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook"})
+	err := destination.ErrorAt(d.Publish(testenv.Context(t, 5*time.Second), []outbox.Message{msg()}), 0)
+	if err == nil || outbox.IsPermanent(err) {
+		t.Fatalf("redirect: want a retryable failure, got %v", err)
+	}
+	if !strings.Contains(err.Error(), `redirect to "/moved" not followed`) {
+		t.Errorf("error %q does not say where the redirect pointed", err)
+	}
+	if followed.Load() {
+		t.Error("the redirect was followed")
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // runs before srv.Close
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook", Timeout: 100 * time.Millisecond})
+	start := time.Now()
+	err := destination.ErrorAt(d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{msg()}), 0)
+	if err == nil || outbox.IsPermanent(err) || !strings.Contains(err.Error(), "timed out after 100ms") {
+		t.Fatalf("want a retryable timeout error, got %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("timeout took %v", el)
+	}
+
+	// The caller's ctx bounds the request too.
+	d2 := newDest(t, httpdest.Options{URL: srv.URL + "/hook", Timeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := d2.Publish(ctx, []outbox.Message{msg()}); err == nil {
+		t.Fatal("Publish past its ctx: want an error")
+	}
+}
+
+func TestConnectionRefusedIsUnavailable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	d := newDest(t, httpdest.Options{URL: "http://" + addr + "/hook"})
+	ctx := testenv.Context(t, 10*time.Second)
+	e := destination.ErrorAt(d.Publish(ctx, []outbox.Message{msg()}), 0)
+	if !outbox.IsUnavailable(e) || outbox.IsPermanent(e) {
+		t.Fatalf("connection refused: want Unavailable, got %v", e)
+	}
+	if err := d.Check(ctx); !outbox.IsUnavailable(err) {
+		t.Fatalf("Check on a closed port = %v, want Unavailable", err)
+	}
+}
+
+func TestSnippetTruncatedAndRedacted(t *testing.T) {
+	t.Parallel()
+	const token = "tok-very-secret-123"
+	err := publishOne(t, httpdest.Options{Auth: &httpdest.Auth{Bearer: token}}, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(500)
+		// Echo the credentials back, then a long tail.
+		io.WriteString(w, "bad auth "+r.Header.Get("Authorization")+" "+strings.Repeat("z", 1000))
+	})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	s := err.Error()
+	if strings.Contains(s, token) {
+		t.Errorf("error leaks the bearer token: %s", s)
+	}
+	if !strings.Contains(s, "[REDACTED]") || !strings.Contains(s, "(truncated)") {
+		t.Errorf("error %q: want the redacted marker and the truncation marker", s)
+	}
+	if strings.Count(s, "z") > httpdest.SnippetLimit {
+		t.Errorf("snippet not bounded: %d bytes of body in %q", strings.Count(s, "z"), s)
+	}
+
+	// Basic credentials and a password in the URL are hidden too.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, _ := r.BasicAuth()
+		w.WriteHeader(400)
+		io.WriteString(w, "user "+u+" pass "+p+" header "+r.Header.Get("Authorization"))
+	}))
+	t.Cleanup(srv.Close)
+	u := strings.Replace(srv.URL, "http://", "http://bob:urlpass99@", 1) + "/hook?token=qs-secret-1"
+	d := newDest(t, httpdest.Options{URL: u, Auth: &httpdest.Auth{Username: "alice", Password: "pw-secret-9"}})
+	err = destination.ErrorAt(d.Publish(testenv.Context(t, 5*time.Second), []outbox.Message{msg()}), 0)
+	if !outbox.IsPermanent(err) {
+		t.Fatalf("400: want permanent, got %v", err)
+	}
+	for _, secret := range []string{"pw-secret-9", "urlpass99", "qs-secret-1", "YWxpY2U6cHctc2VjcmV0LTk="} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error leaks %q: %v", secret, err)
+		}
+	}
+}
+
+func TestAuthAndHeaders(t *testing.T) {
+	t.Parallel()
+	var got http.Header
+	var mu sync.Mutex
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+	}
+	m := msg()
+	m.Headers = map[string]string{"X-Static": "from-row", "Authorization": "forged", "Content-Type": "text/plain", "X-Row": "r"}
+	srv := httptest.NewServer(http.HandlerFunc(handler))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook", Auth: &httpdest.Auth{Bearer: "abc"}, Headers: map[string]string{"X-Static": "from-config"}})
+	if err := d.Publish(testenv.Context(t, 5*time.Second), []outbox.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"Authorization": "Bearer abc", "X-Static": "from-config", "Content-Type": "application/json",
+		"X-Row": "r", "Idempotency-Key": m.ID, "X-Message-Id": m.ID, "X-Attempt": "0", "X-Topic": "t",
+	} {
+		if v := got.Get(k); v != want {
+			t.Errorf("header %s = %q, want %q", k, v, want)
+		}
+	}
+
+	srv2 := httptest.NewServer(http.HandlerFunc(handler))
+	t.Cleanup(srv2.Close)
+	d2 := newDest(t, httpdest.Options{URL: srv2.URL + "/hook", Auth: &httpdest.Auth{Username: "alice", Password: "pw"}})
+	if err := d2.Publish(testenv.Context(t, 5*time.Second), []outbox.Message{msg()}); err != nil {
+		t.Fatal(err)
+	}
+	req := &http.Request{Header: got}
+	if u, p, ok := req.BasicAuth(); !ok || u != "alice" || p != "pw" {
+		t.Errorf("basic auth = %q, %q, %v", u, p, ok)
+	}
+}
+
+func TestConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	const limit = 3
+	var cur, peak atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // hold the slot so requests overlap
+	}))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook", Concurrency: limit})
+	msgs := make([]outbox.Message, 60)
+	for i := range msgs {
+		msgs[i] = msg()
+	}
+	ctx := testenv.Context(t, 20*time.Second)
+	var wg sync.WaitGroup
+	for range 2 { // two batches at once share the bound
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Publish(ctx, msgs); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit || p < 2 {
+		t.Fatalf("peak concurrent requests = %d, want 2..%d", p, limit)
+	}
+}
+
+func TestKeyOrderStopsAfterFailure(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(500)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook"})
+	msgs := []outbox.Message{msg(), msg(), msg(), msg()}
+	for i := range msgs {
+		msgs[i].Key = "k"
+	}
+	msgs[3].Key = "other"
+	msgs[1].Headers = map[string]string{"X-Fail": "1"}
+	err := d.Publish(testenv.Context(t, 5*time.Second), msgs)
+	for i, wantFail := range []bool{false, true, true, false} {
+		if e := destination.ErrorAt(err, i); (e != nil) != wantFail {
+			t.Errorf("message %d: error %v, want failure %v", i, e, wantFail)
+		}
+	}
+}
+
+func TestBadOptionsAndCheck(t *testing.T) {
+	t.Parallel()
+	for name, o := range map[string]httpdest.Options{
+		"no url":              {},
+		"unknown placeholder": {URL: "http://x/{{ nope }}"},
+		"no scheme":           {URL: "example.com/hook"},
+		"ftp":                 {URL: "ftp://example.com/hook"},
+		"reserved header":     {URL: "http://x/", Headers: map[string]string{"X-Message-Id": "1"}},
+		"both auths":          {URL: "http://x/", Auth: &httpdest.Auth{Bearer: "a", Username: "b"}},
+	} {
+		if _, err := httpdest.New(context.Background(), o, logger()); err == nil {
+			t.Errorf("%s: want an error", name)
+		}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/{{ topic }}"})
+	if err := d.Check(testenv.Context(t, 5*time.Second)); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	_ = d.Close()
+	if err := d.Check(context.Background()); err == nil {
+		t.Fatal("Check after Close: want an error")
+	}
+}

@@ -1,0 +1,563 @@
+// Package nats is the NATS JetStream destination: each outbox message is
+// published asynchronously to a subject rendered from a template, with the
+// row id in the Nats-Msg-Id header so that JetStream's duplicate window
+// absorbs redeliveries. A batch is published as a whole within a bounded
+// window of outstanding acks, then every PubAck is awaited; the outcome is
+// reported per message.
+//
+// Classification (by error value and JetStream API code, never by text):
+//
+//   - PubAck, including Duplicate=true: success.
+//   - no stream covers the subject (no responders): retryable.
+//   - payload above the server's max_payload, or above the stream's
+//     max_msg_size (API code 10054): permanent.
+//   - connection down, reconnecting, closed, ack timeout: outbox.Unavailable.
+//   - any other JetStream API error: retryable.
+package nats
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/router"
+)
+
+// Headers sent with every message (contract §4).
+const (
+	HeaderMsgID      = "Nats-Msg-Id"
+	HeaderTopic      = "X-Topic"
+	HeaderAttempt    = "X-Attempt"
+	HeaderMessageKey = "X-Message-Key"
+)
+
+// Defaults applied by New.
+const (
+	DefaultMaxPending    = 1024
+	DefaultAckTimeout    = 30 * time.Second
+	DefaultReconnectWait = 2 * time.Second
+	DefaultConnectWait   = 5 * time.Second
+)
+
+// TLS configures the client side of a TLS connection.
+type TLS struct {
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	InsecureSkipVerify bool
+}
+
+// Options configures a Destination. The fields map one to one onto the
+// `type: nats` destination keys of the configuration.
+type Options struct {
+	// Name is the destination's name in the configuration; it appears in
+	// logs, errors and the NATS connection name.
+	Name string
+	// Servers are NATS URLs; credentials in them are never logged.
+	Servers []string
+	// Subject is the subject template ({{ topic }}, {{ key }}, ...).
+	Subject string
+	// SubjectFrom picks the subject from a row column instead:
+	// "topic", "key" or "aggregate_type". Exclusive with Subject.
+	SubjectFrom string
+	Token       string
+	CredsFile   string
+	TLS         *TLS
+	// MaxPending bounds the outstanding asynchronous publishes of the
+	// destination (shared by concurrent Publish calls). 0: DefaultMaxPending.
+	MaxPending int
+	// Stream, when set, is checked (or, with CreateStream, created) at New
+	// and is the stream DuplicateWindow reports on.
+	Stream         string
+	CreateStream   bool
+	StreamSubjects []string
+	// AckTimeout bounds the wait for one PubAck independently of ctx.
+	// 0: DefaultAckTimeout.
+	AckTimeout time.Duration
+	// ReconnectWait is the pause between reconnect attempts.
+	// 0: DefaultReconnectWait.
+	ReconnectWait time.Duration
+	// ConnectTimeout bounds each dial. 0: DefaultConnectWait.
+	ConnectTimeout time.Duration
+}
+
+// Destination publishes to NATS JetStream. It is safe for concurrent use.
+type Destination struct {
+	name    string
+	subject *router.Template
+	stream  string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	sem     chan struct{}
+	log     *slog.Logger
+	servers string // redacted, for messages
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+var (
+	_ destination.Destination = (*Destination)(nil)
+	_ destination.Checker     = (*Destination)(nil)
+)
+
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("nats destination is closed")
+
+// subjectFromTemplates maps subjectFrom values onto templates.
+var subjectFromTemplates = map[string]string{
+	"topic":          "{{ topic }}",
+	"key":            "{{ key }}",
+	"aggregate_type": "{{ aggregateType }}",
+	"aggregateType":  "{{ aggregateType }}",
+}
+
+// New connects to NATS and returns a Destination. The first connection
+// must succeed (the error names the servers); later disconnects are
+// reconnected forever and logged. With CreateStream, the stream is created
+// when missing.
+func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.Name == "" {
+		o.Name = "nats"
+	}
+	log = log.With("destination", o.Name, "type", "nats")
+	src := o.Subject
+	switch {
+	case o.Subject != "" && o.SubjectFrom != "":
+		return nil, fmt.Errorf("nats destination %q: set subject or subjectFrom, not both", o.Name)
+	case o.SubjectFrom != "":
+		var ok bool
+		if src, ok = subjectFromTemplates[o.SubjectFrom]; !ok {
+			return nil, fmt.Errorf("nats destination %q: subjectFrom %q: want topic, key or aggregate_type", o.Name, o.SubjectFrom)
+		}
+	case o.Subject == "":
+		src = "{{ topic }}"
+	}
+	tmpl, err := router.ParseTemplate(src)
+	if err != nil {
+		return nil, fmt.Errorf("nats destination %q: subject: %w", o.Name, err)
+	}
+	if len(o.Servers) == 0 {
+		o.Servers = []string{nats.DefaultURL}
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = DefaultMaxPending
+	}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = DefaultAckTimeout
+	}
+	if o.ReconnectWait <= 0 {
+		o.ReconnectWait = DefaultReconnectWait
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectWait
+	}
+	servers := redactURLs(o.Servers)
+
+	opts := []nats.Option{
+		nats.Name("queuebox/" + o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(o.ReconnectWait),
+		nats.Timeout(o.ConnectTimeout),
+		// Messages published while disconnected are not buffered: their
+		// acks are lost on reconnect anyway, so fail them at once.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "error", err)
+			} else {
+				log.Info("nats disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { log.Debug("nats connection closed") }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("nats asynchronous error", "error", err)
+		}),
+	}
+	if o.Token != "" {
+		opts = append(opts, nats.Token(o.Token))
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.TLS != nil {
+		cfg, err := tlsConfig(o.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("nats destination %q: tls: %w", o.Name, err)
+		}
+		opts = append(opts, nats.Secure(cfg))
+	}
+	nc, err := nats.Connect(strings.Join(o.Servers, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats destination %q: connect to %s: %w", o.Name, servers, err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(o.AckTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("nats destination %q: jetstream: %w", o.Name, err)
+	}
+	d := &Destination{
+		name:    o.Name,
+		subject: tmpl,
+		stream:  o.Stream,
+		nc:      nc,
+		js:      js,
+		sem:     make(chan struct{}, o.MaxPending),
+		log:     log,
+		servers: servers,
+		closed:  make(chan struct{}),
+	}
+	if err := d.ensureStream(ctx, o); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	log.Info("nats connected", "server", nc.ConnectedUrlRedacted(), "subject", tmpl.String())
+	return d, nil
+}
+
+func (d *Destination) ensureStream(ctx context.Context, o Options) error {
+	if o.CreateStream && o.Stream == "" {
+		return fmt.Errorf("nats destination %q: createStream needs stream (a name)", o.Name)
+	}
+	if o.Stream == "" {
+		return nil
+	}
+	if !o.CreateStream {
+		if _, err := d.js.Stream(ctx, o.Stream); err != nil {
+			return fmt.Errorf("nats destination %q: stream %q: %w", o.Name, o.Stream, err)
+		}
+		return nil
+	}
+	subjects := o.StreamSubjects
+	if len(subjects) == 0 {
+		if !d.subject.Static() {
+			return fmt.Errorf("nats destination %q: createStream with a subject template (%q) needs streamSubjects", o.Name, d.subject.String())
+		}
+		subjects = []string{d.subject.String()}
+	}
+	_, err := d.js.CreateStream(ctx, jetstream.StreamConfig{Name: o.Stream, Subjects: subjects, Storage: jetstream.FileStorage})
+	switch {
+	case err == nil:
+		d.log.Info("nats stream created", "stream", o.Stream, "subjects", subjects)
+	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+		// It exists with another configuration: leave it alone.
+		d.log.Info("nats stream exists; configuration left unchanged", "stream", o.Stream)
+	default:
+		return fmt.Errorf("nats destination %q: create stream %q %v: %w", o.Name, o.Stream, subjects, err)
+	}
+	return nil
+}
+
+// Publish publishes msgs asynchronously, at most MaxPending outstanding for
+// the destination, then waits for every PubAck. It returns nil, a
+// *destination.BatchError, or an error that applies to every message.
+func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	select {
+	case <-d.closed:
+		return fmt.Errorf("nats destination %q: %w", d.name, ErrClosed)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("nats destination %q: not published: %w", d.name, err)
+	}
+	if st := d.nc.Status(); st != nats.CONNECTED {
+		return outbox.Unavailable(fmt.Errorf("nats destination %q: not connected to %s (%s)", d.name, d.servers, st))
+	}
+
+	// The collector awaits acks while the loop below still publishes, so
+	// that window slots free up as acks arrive.
+	b := &batch{errs: make([]error, len(msgs)), resolved: make([]bool, len(msgs)), done: make(chan struct{})}
+	pending := make(chan pendingAck, len(msgs))
+	go d.collect(b, pending)
+
+	i := 0
+publish:
+	for ; i < len(msgs); i++ {
+		m := &msgs[i]
+		subj, err := d.subject.Render(m)
+		if err == nil {
+			err = validSubject(subj)
+		}
+		if err != nil {
+			b.set(i, fmt.Errorf("nats destination %q: subject: %w", d.name, err))
+			continue
+		}
+		select {
+		case d.sem <- struct{}{}:
+		case <-ctx.Done():
+			break publish
+		}
+		f, err := d.js.PublishMsgAsync(d.natsMsg(subj, m))
+		if err != nil {
+			<-d.sem
+			b.set(i, d.classify(err, subj, len(m.Payload)))
+			continue
+		}
+		pending <- pendingAck{i: i, f: f, subject: subj, size: len(m.Payload)}
+	}
+	close(pending)
+	for j := i; j < len(msgs); j++ { // never sent: ctx ended
+		b.set(j, d.ctxError(ctx))
+	}
+
+	select {
+	case <-b.done:
+		return destination.NewBatchError(b.errs)
+	case <-ctx.Done():
+		// Messages whose ack has not come are failures; the collector
+		// keeps freeing window slots as the outstanding acks resolve
+		// (each ends by ack, error or AckTimeout).
+		return destination.NewBatchError(b.abandon(d.ctxError(ctx)))
+	}
+}
+
+type pendingAck struct {
+	i       int
+	f       jetstream.PubAckFuture
+	subject string
+	size    int
+}
+
+// batch holds the outcome of one Publish call, shared between Publish and
+// its collector.
+type batch struct {
+	mu        sync.Mutex
+	errs      []error
+	resolved  []bool
+	abandoned bool
+	done      chan struct{}
+}
+
+func (b *batch) set(i int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.abandoned {
+		b.errs[i], b.resolved[i] = err, true
+	}
+}
+
+// abandon marks every unresolved message as failed with err and returns a
+// copy of the outcome; later results are ignored.
+func (b *batch) abandon(err error) []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.abandoned = true
+	out := make([]error, len(b.errs))
+	for i := range out {
+		if b.resolved[i] {
+			out[i] = b.errs[i]
+		} else {
+			out[i] = err
+		}
+	}
+	return out
+}
+
+func (d *Destination) collect(b *batch, pending <-chan pendingAck) {
+	defer close(b.done)
+	for p := range pending {
+		select {
+		case <-p.f.Ok(): // a duplicate ack is a success too
+			b.set(p.i, nil)
+		case err := <-p.f.Err():
+			b.set(p.i, d.classify(err, p.subject, p.size))
+		}
+		<-d.sem
+	}
+}
+
+func (d *Destination) natsMsg(subj string, m *outbox.Message) *nats.Msg {
+	h := make(nats.Header, len(m.Headers)+4)
+	for k, v := range m.Headers {
+		if reserved(k) {
+			continue
+		}
+		h[k] = []string{v}
+	}
+	h[HeaderMsgID] = []string{m.ID}
+	h[HeaderTopic] = []string{m.Topic}
+	h[HeaderAttempt] = []string{strconv.Itoa(m.Attempt)}
+	if m.Key != "" {
+		h[HeaderMessageKey] = []string{m.Key}
+	}
+	return &nats.Msg{Subject: subj, Header: h, Data: m.Payload}
+}
+
+// reserved reports whether a row header would collide with a header the
+// destination sets itself; such row headers are dropped.
+func reserved(k string) bool {
+	for _, r := range [...]string{HeaderMsgID, HeaderTopic, HeaderAttempt, HeaderMessageKey} {
+		if strings.EqualFold(k, r) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Destination) ctxError(ctx context.Context) error {
+	err := fmt.Errorf("nats destination %q: no PubAck before the context ended: %w", d.name, ctx.Err())
+	if !d.nc.IsConnected() {
+		return outbox.Unavailable(err)
+	}
+	return err
+}
+
+// classify maps a publish or ack error onto the outbox classification.
+func (d *Destination) classify(err error, subj string, size int) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("nats destination %q: no JetStream stream covers subject %q; create a stream or set createStream: %w", d.name, subj, err)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return outbox.Permanent(fmt.Errorf("nats destination %q: message of %d bytes exceeds the server's max_payload of %d bytes: %w", d.name, size, d.nc.MaxPayload(), err))
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return outbox.Permanent(fmt.Errorf("nats destination %q: message of %d bytes exceeds the stream's max_msg_size (subject %q): %w", d.name, size, subj, err))
+	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrReconnectBufExceeded),
+		errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, nats.ErrStaleConnection):
+		return outbox.Unavailable(fmt.Errorf("nats destination %q: %s: %w", d.name, d.servers, err))
+	default:
+		return fmt.Errorf("nats destination %q: publish to %q: %w", d.name, subj, err)
+	}
+}
+
+// validSubject rejects subjects NATS cannot publish to: empty, with
+// whitespace, empty tokens or wildcards. Such a row never publishes.
+func validSubject(s string) error {
+	if s == "" {
+		return outbox.Permanent(errors.New("rendered subject is empty"))
+	}
+	if strings.ContainsAny(s, " \t\r\n") {
+		return outbox.Permanent(fmt.Errorf("subject %q contains whitespace", s))
+	}
+	for _, tok := range strings.Split(s, ".") {
+		switch tok {
+		case "":
+			return outbox.Permanent(fmt.Errorf("subject %q has an empty token", s))
+		case "*", ">":
+			return outbox.Permanent(fmt.Errorf("subject %q contains a wildcard", s))
+		}
+	}
+	return nil
+}
+
+// Check reports whether the connection is up and the JetStream account
+// answers.
+func (d *Destination) Check(ctx context.Context) error {
+	select {
+	case <-d.closed:
+		return ErrClosed
+	default:
+	}
+	if st := d.nc.Status(); st != nats.CONNECTED {
+		return outbox.Unavailable(fmt.Errorf("nats destination %q: not connected to %s (%s)", d.name, d.servers, st))
+	}
+	if _, err := d.js.AccountInfo(ctx); err != nil {
+		return outbox.Unavailable(fmt.Errorf("nats destination %q: JetStream account: %w", d.name, err))
+	}
+	return nil
+}
+
+// DuplicateWindow returns the duplicate window of the configured stream, or
+// of the stream covering the subject when the subject is static. The engine
+// warns when it is shorter than lease + longest backoff: a redelivery after
+// the window is stored twice.
+func (d *Destination) DuplicateWindow(ctx context.Context) (time.Duration, error) {
+	name := d.stream
+	if name == "" {
+		if !d.subject.Static() {
+			return 0, fmt.Errorf("nats destination %q: subject %q is a template; set stream to know the duplicate window", d.name, d.subject.String())
+		}
+		var err error
+		name, err = d.js.StreamNameBySubject(ctx, d.subject.String())
+		if err != nil {
+			return 0, fmt.Errorf("nats destination %q: stream for subject %q: %w", d.name, d.subject.String(), err)
+		}
+	}
+	s, err := d.js.Stream(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("nats destination %q: stream %q: %w", d.name, name, err)
+	}
+	return s.CachedInfo().Config.Duplicates, nil
+}
+
+// Close drains and closes the connection. It is idempotent.
+func (d *Destination) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.closed)
+		if err := d.nc.Drain(); err != nil {
+			d.nc.Close()
+		}
+	})
+	return nil
+}
+
+// redactURLs returns the server list with passwords and tokens hidden.
+func redactURLs(servers []string) string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		u, err := url.Parse(s)
+		if err != nil || u.User == nil {
+			if strings.Contains(s, "@") {
+				out[i] = "<redacted>@" + s[strings.LastIndex(s, "@")+1:]
+			} else {
+				out[i] = s
+			}
+			continue
+		}
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		} else {
+			u.User = url.User("xxxxx") // a bare token
+		}
+		out[i] = u.String()
+	}
+	return strings.Join(out, ",")
+}
+
+func tlsConfig(t *TLS) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("caFile %s: no PEM certificates", t.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}

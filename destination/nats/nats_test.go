@@ -1,0 +1,343 @@
+package nats_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/destinationtest"
+	natsdest "github.com/queuebox/queuebox/destination/nats"
+	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func newDest(t *testing.T, o natsdest.Options) *natsdest.Destination {
+	t.Helper()
+	d, err := natsdest.New(testenv.Context(t, 10*time.Second), o, testLogger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// reader reads a stream back through an ordered consumer.
+type reader struct {
+	mu   sync.Mutex
+	cons jetstream.Consumer
+}
+
+func newReader(t *testing.T, s jetstream.Stream) *reader {
+	cons, err := s.OrderedConsumer(testenv.Context(t, 10*time.Second), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatalf("ordered consumer: %v", err)
+	}
+	return &reader{cons: cons}
+}
+
+func (r *reader) receive(ctx context.Context, n int) ([]destinationtest.Received, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []destinationtest.Received
+	for len(out) < n {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		wait := 500 * time.Millisecond
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			wait = max(time.Until(dl), time.Millisecond)
+		}
+		batch, err := r.cons.Fetch(n-len(out), jetstream.FetchMaxWait(wait))
+		if err != nil {
+			return out, err
+		}
+		for m := range batch.Messages() {
+			h := map[string]string{}
+			for k, v := range m.Headers() {
+				if len(v) > 0 {
+					h[k] = v[0]
+				}
+			}
+			out = append(out, destinationtest.Received{
+				ID:      h["Nats-Msg-Id"],
+				Address: m.Subject(),
+				Key:     h["X-Message-Key"],
+				Headers: h,
+				Body:    append([]byte(nil), m.Data()...),
+			})
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func TestConformance(t *testing.T) {
+	url := testenv.NATSURL(t)
+	destinationtest.Run(t, func(t *testing.T) destinationtest.Harness {
+		prefix := testenv.UniqueName("qbt")
+		_, s := testenv.NATSStreamConfig(t, url, jetstream.StreamConfig{
+			Subjects:   []string{prefix + ".>"},
+			MaxMsgSize: 64 << 10,
+			Storage:    jetstream.MemoryStorage,
+		})
+		d := newDest(t, natsdest.Options{Name: "conf", Servers: []string{url}, Subject: "{{ topic }}", MaxPending: 64})
+		r := newReader(t, s)
+		topic := prefix + ".orders.created"
+		return destinationtest.Harness{
+			Destination: d,
+			Topic:       topic,
+			Address:     topic,
+			Receive:     r.receive,
+			Poison: func(m *outbox.Message, permanent bool) {
+				if permanent {
+					m.Payload = bytes.Repeat([]byte("x"), 100<<10) // > stream max_msg_size
+				} else {
+					m.Topic = "nostream." + prefix // no stream covers it
+				}
+			},
+			Missing: func(t *testing.T) destination.Destination {
+				return newDest(t, natsdest.Options{Name: "missing", Servers: []string{url}, Subject: "nostream." + prefix + ".{{ topic }}"})
+			},
+		}
+	}, destinationtest.Features{
+		KeyHeader:          true,
+		KeyPreserved:       true,
+		OrderedPerKey:      true,
+		FailureInjection:   true,
+		PermanentInjection: true,
+		MissingTarget:      true,
+		IdentityHeaders:    []string{"Nats-Msg-Id"},
+	})
+}
+
+func msg(topic string) outbox.Message {
+	return outbox.Message{ID: destinationtest.NewID(), Topic: topic, Payload: []byte(`{"a":1}`)}
+}
+
+func TestDuplicateAbsorbed(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	subj := testenv.UniqueName("qbt") + ".dup"
+	js, s := testenv.NATSStream(t, url, subj)
+	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: subj, Stream: s.CachedInfo().Config.Name})
+	ctx := testenv.Context(t, 10*time.Second)
+
+	m := msg("orders")
+	if err := d.Publish(ctx, []outbox.Message{m}); err != nil {
+		t.Fatalf("first publish: %v", err)
+	}
+	m.Attempt = 1 // a retry of the same row
+	if err := d.Publish(ctx, []outbox.Message{m}); err != nil {
+		t.Fatalf("retry inside the duplicate window must succeed, got %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("stream has %d messages, want 1 (Nats-Msg-Id dedup)", info.State.Msgs)
+	}
+	// The id is the dedup key: the server reports a further copy as a duplicate.
+	ack, err := js.Publish(ctx, subj, []byte("x"), jetstream.WithMsgID(m.ID))
+	if err != nil || !ack.Duplicate {
+		t.Fatalf("raw publish with the same id: ack %+v, err %v; want Duplicate", ack, err)
+	}
+
+	w, err := d.DuplicateWindow(ctx)
+	if err != nil || w != 2*time.Minute {
+		t.Fatalf("DuplicateWindow = %v, %v; want 2m (the default)", w, err)
+	}
+}
+
+func TestNoStreamIsRetryable(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	subj := "nostream." + testenv.UniqueName("qbt")
+	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: subj})
+	err := d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{msg("t")})
+	e := destination.ErrorAt(err, 0)
+	if e == nil || outbox.IsPermanent(e) {
+		t.Fatalf("want a retryable error, got %v", err)
+	}
+	if !errors.Is(e, jetstream.ErrNoStreamResponse) {
+		t.Errorf("error does not wrap jetstream.ErrNoStreamResponse: %v", e)
+	}
+	want := `no JetStream stream covers subject "` + subj + `"; create a stream or set createStream`
+	if !strings.Contains(e.Error(), want) {
+		t.Errorf("error %q does not contain %q", e, want)
+	}
+	if _, err := d.DuplicateWindow(testenv.Context(t, 5*time.Second)); err == nil {
+		t.Error("DuplicateWindow without a stream: want an error")
+	}
+}
+
+func TestMaxPayloadIsPermanent(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	subj := testenv.UniqueName("qbt") + ".big"
+	_, s := testenv.NATSStream(t, url, subj)
+	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: subj})
+	ctx := testenv.Context(t, 10*time.Second)
+
+	big := msg("t")
+	big.Payload = bytes.Repeat([]byte("y"), 8<<20) // above any default max_payload (1 MiB)
+	small := msg("t")
+	err := d.Publish(ctx, []outbox.Message{big, small})
+	if e := destination.ErrorAt(err, 0); !outbox.IsPermanent(e) || !strings.Contains(e.Error(), "max_payload") {
+		t.Fatalf("oversized message: want a permanent error naming max_payload, got %v", e)
+	}
+	if e := destination.ErrorAt(err, 1); e != nil {
+		t.Fatalf("small message of the same batch failed: %v", e)
+	}
+	if info, _ := s.Info(ctx); info == nil || info.State.Msgs != 1 {
+		t.Fatalf("stream info %+v: want exactly the small message", info)
+	}
+}
+
+func TestCreateStreamAndCheck(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	prefix := testenv.UniqueName("qbt")
+	name := strings.ToUpper(prefix)
+	ctx := testenv.Context(t, 10*time.Second)
+	d := newDest(t, natsdest.Options{
+		Servers: []string{url}, Subject: prefix + ".{{ topic }}",
+		Stream: name, CreateStream: true, StreamSubjects: []string{prefix + ".>"},
+	})
+	js, _ := testenv.NATSStreamConfig(t, url, jetstream.StreamConfig{Name: testenv.UniqueName("QBTEST_"), Subjects: []string{testenv.UniqueName("unused") + ".x"}})
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+
+	if err := d.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	if err := d.Publish(ctx, []outbox.Message{msg("a"), msg("b")}); err != nil {
+		t.Fatalf("Publish into created stream: %v", err)
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatalf("created stream: %v", err)
+	}
+	if n := s.CachedInfo().State.Msgs; n != 2 {
+		t.Fatalf("stream has %d messages, want 2", n)
+	}
+	if w, err := d.DuplicateWindow(ctx); err != nil || w <= 0 {
+		t.Fatalf("DuplicateWindow = %v, %v", w, err)
+	}
+	// A second destination finds the stream already there.
+	newDest(t, natsdest.Options{Servers: []string{url}, Subject: prefix + ".x", Stream: name, CreateStream: true, StreamSubjects: []string{prefix + ".>"}})
+	_ = d.Close()
+	if err := d.Check(ctx); err == nil {
+		t.Fatal("Check after Close: want an error")
+	}
+}
+
+func TestConnectErrorNamesServerWithoutSecrets(t *testing.T) {
+	t.Parallel()
+	_, err := natsdest.New(testenv.Context(t, 10*time.Second), natsdest.Options{
+		Name: "events", Servers: []string{"nats://alice:s3cr3t@127.0.0.1:1"}, Subject: "x", ConnectTimeout: time.Second,
+	}, testLogger(t))
+	if err == nil {
+		t.Fatal("New against a closed port: want an error")
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), `"events"`) {
+		t.Errorf("error %q does not name the destination and server", err)
+	}
+	if strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("error leaks the password: %q", err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	t.Parallel()
+	ctx := testenv.Context(t, 5*time.Second)
+	for name, o := range map[string]natsdest.Options{
+		"unknown placeholder": {Subject: "{{ nope }}"},
+		"both subject forms":  {Subject: "a", SubjectFrom: "topic"},
+		"bad subjectFrom":     {SubjectFrom: "payload"},
+	} {
+		if _, err := natsdest.New(ctx, o, testLogger(t)); err == nil {
+			t.Errorf("%s: want an error", name)
+		}
+	}
+}
+
+func TestServerRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := testenv.EmbeddedNATS(t, dir, -1)
+	port := testenv.EmbeddedNATSPort(srv)
+	url := srv.ClientURL()
+	subj := testenv.UniqueName("qbt") + ".restart"
+	_, s := testenv.NATSStreamConfig(t, url, jetstream.StreamConfig{Name: "RESTART", Subjects: []string{subj}})
+	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: subj, ReconnectWait: 20 * time.Millisecond, AckTimeout: 2 * time.Second})
+
+	ctx := testenv.Context(t, 30*time.Second)
+	if err := d.Publish(ctx, []outbox.Message{msg("a")}); err != nil {
+		t.Fatalf("publish before stop: %v", err)
+	}
+	if _, err := s.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		start := time.Now()
+		err := d.Publish(pctx, []outbox.Message{msg("b"), msg("c")})
+		if el := time.Since(start); el > 1500*time.Millisecond {
+			t.Fatalf("Publish with the server down took %v, more than its ctx allows", el)
+		}
+		for i := range 2 {
+			if e := destination.ErrorAt(err, i); e == nil || !outbox.IsUnavailable(e) {
+				return false
+			}
+		}
+		return true
+	}, "Publish never reported Unavailable while the server was down")
+	if err := d.Check(ctx); !outbox.IsUnavailable(err) {
+		t.Errorf("Check while down = %v, want Unavailable", err)
+	}
+
+	testenv.EmbeddedNATS(t, dir, port)
+	var last error
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		last = d.Publish(pctx, []outbox.Message{msg("d")})
+		return last == nil
+	}, "publishing did not recover after the restart (last error: %v)", &last)
+	if err := d.Check(ctx); err != nil {
+		t.Errorf("Check after restart: %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs < 2 {
+		t.Fatalf("stream has %d messages after restart, want the one from before and the new one", info.State.Msgs)
+	}
+}
