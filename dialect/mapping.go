@@ -30,6 +30,11 @@ const (
 	ColLastError      = "lastError"
 	ColSequence       = "sequence"
 	ColSentAt         = "sentAt" // optional: not in the bundled table
+	// ColHeldAt marks a dead row that holds its key (relay.onDead: hold):
+	// set when the row dies under hold, cleared by `queuebox dead release`
+	// and by replay. Only SQL rendered for hold mode reads or writes it, so
+	// an existing table needs the column only to use hold.
+	ColHeldAt = "heldAt"
 )
 
 // defaultColumns is the bundled table's physical name of every logical
@@ -52,6 +57,7 @@ var defaultColumns = map[string]string{
 	ColLeaseExpiresAt: "lease_expires_at",
 	ColLastError:      "last_error",
 	ColSequence:       "sequence",
+	ColHeldAt:         "held_at",
 }
 
 // optionalColumns are logical columns a mapping may leave out.
@@ -284,10 +290,13 @@ func sortedKeys(m map[string]string) []string {
 	return out
 }
 
-// QueryNames returns the names of the queries of the delivery path, sorted.
-// Every dialect defines exactly this set (one embedded .sql file each), so
+// QueryNames returns the names of the queries of the delivery path and of
+// the operator surface (Inspector, KeyReleaser, Purger), sorted. Every dialect defines exactly this set (one embedded .sql file each), so
 // that the SQL of PostgreSQL and SQL Server can be read side by side; each
 // dialect's tests check it.
 func QueryNames() []string {
-	return []string{"claim", "complete", "dead", "release", "release_expired", "renew", "retry"}
+	return []string{
+		"claim", "complete", "dead", "dead_list", "dead_release", "purge", "release", "release_expired",
+		"renew", "replay", "replay_select", "retry", "stats_backlog", "stats_counts", "stats_held_keys",
+	}
 }

@@ -29,6 +29,8 @@ type Metrics struct {
 	claimsLost      prometheus.Counter
 	reclaimed       prometheus.Counter
 	inflight        prometheus.Gauge
+	circuit         *prometheus.GaugeVec
+	purged          *prometheus.CounterVec
 
 	// Backlog gauges, refreshed on an interval by whoever owns the
 	// database (never per scrape).
@@ -38,7 +40,10 @@ type Metrics struct {
 	Processing       prometheus.Gauge
 }
 
-var _ relay.Observer = (*Metrics)(nil)
+var (
+	_ relay.Observer          = (*Metrics)(nil)
+	_ relay.RetentionObserver = (*Metrics)(nil)
+)
 
 // New returns the series registered on a fresh registry, with the Go and
 // process collectors.
@@ -88,6 +93,10 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "inflight_rows",
 			Help: "Rows claimed by this process and not yet settled.",
 		}),
+		circuit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "destination_circuit_state",
+			Help: "Circuit breaker of a destination: 0 closed, 1 open, 2 half-open.",
+		}, []string{"destination"}),
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "pending_rows",
 			Help: "Rows in state pending (refreshed on an interval).",
@@ -104,16 +113,34 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "oldest_pending_age_seconds",
 			Help: "Age of the oldest due pending row, 0 when none (refreshed on an interval).",
 		}),
+		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "retention_deleted_rows_total",
+			Help: "Rows deleted by retention, by state (sent, dead).",
+		}, []string{"state"}),
 	}
 	r.MustRegister(m.claimDuration, m.claimedRows, m.publishDuration, m.commitToAck, m.deliveries,
-		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.Pending, m.Processing, m.Dead, m.OldestPendingAge)
+		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
+		m.purged)
+	// Every series with a fixed label set exists from the start, at zero,
+	// so that dashboards and alerts (rate(), absent()) see it before the
+	// first event.
+	for _, res := range []string{"ok", "error"} {
+		m.claimDuration.WithLabelValues(res)
+		for _, op := range []string{"complete", "retry", "dead", "release"} {
+			m.writeDuration.WithLabelValues(op, res)
+		}
+	}
+	for _, s := range []string{"sent", "dead"} {
+		m.purged.WithLabelValues(s)
+	}
 	return m
 }
 
 // InitDestination creates the series of a destination at zero, so that
 // dashboards and alerts see them before the first delivery.
 func (m *Metrics) InitDestination(name string) {
-	for _, o := range []relay.Outcome{relay.OutcomeSent, relay.OutcomeRetry, relay.OutcomeDead} {
+	m.circuit.WithLabelValues(name).Set(float64(relay.BreakerClosed))
+	for _, o := range []relay.Outcome{relay.OutcomeSent, relay.OutcomeRetry, relay.OutcomeDead, relay.OutcomeDeferred} {
 		m.deliveries.WithLabelValues(name, string(o))
 	}
 	m.publishDuration.WithLabelValues(name)
@@ -160,3 +187,11 @@ func (m *Metrics) Lost(rows int) { m.claimsLost.Add(float64(rows)) }
 
 // Reclaimed implements relay.Observer.
 func (m *Metrics) Reclaimed(rows int) { m.reclaimed.Add(float64(rows)) }
+
+// BreakerChanged implements relay.Observer.
+func (m *Metrics) BreakerChanged(dest string, to relay.BreakerState) {
+	m.circuit.WithLabelValues(dest).Set(float64(to))
+}
+
+// Purged implements relay.RetentionObserver.
+func (m *Metrics) Purged(state string, rows int) { m.purged.WithLabelValues(state).Add(float64(rows)) }

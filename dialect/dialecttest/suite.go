@@ -51,6 +51,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 			tc.fn(t, newHarness(t))
 		})
 	}
+	runInspector(t, newHarness)
 }
 
 func newToken() string { return uuid.NewString() }

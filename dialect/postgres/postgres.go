@@ -38,20 +38,43 @@ var _ dialect.Dialect = (*Dialect)(nil)
 type Dialect struct {
 	pool    *pgxpool.Pool
 	mapping dialect.Mapping
+	opts    options
 	queries map[string]string
 }
 
+// Option changes how New renders the SQL.
+type Option func(*options)
+
+type options struct {
+	hold bool
+}
+
+// WithHoldDeadKeys renders the SQL for relay.onDead: hold when hold is true:
+// a keyed row that dies holds its key (its held_at is set), and the claim
+// keeps the key's later rows waiting until the dead row is replayed or its
+// key released (Dialect.ReleaseKey). The table needs the heldAt column
+// (held_at in the bundled table, migration 00002). Without it (the default,
+// relay.onDead: release) no query reads or writes that column.
+func WithHoldDeadKeys(hold bool) Option { return func(o *options) { o.hold = hold } }
+
 // New renders the SQL for m and returns a Dialect that runs it on pool.
-func New(pool *pgxpool.Pool, m dialect.Mapping) (*Dialect, error) {
+func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: nil pool")
 	}
-	queries, err := Render(m)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	queries, err := Render(m, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Dialect{pool: pool, mapping: m, queries: queries}, nil
+	return &Dialect{pool: pool, mapping: m, opts: o, queries: queries}, nil
 }
+
+// HoldsDeadKeys reports whether the dialect was built WithHoldDeadKeys(true).
+func (d *Dialect) HoldsDeadKeys() bool { return d.opts.hold }
 
 // QueryNames returns the names of the embedded queries, sorted. It equals
 // dialect.QueryNames().
@@ -83,7 +106,11 @@ func quoteLiteral(s string) string {
 // Render returns the SQL of every query name rendered for m. It is what New
 // runs once; it is exported for `queuebox migrate sql`-style inspection and
 // for tests.
-func Render(m dialect.Mapping) (map[string]string, error) {
+func Render(m dialect.Mapping, opts ...Option) (map[string]string, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	for _, ident := range append(mapValues(m.Columns()), m.Schema(), m.TableName()) {
 		if len(ident) > maxIdentLen {
 			return nil, fmt.Errorf("postgres: identifier %q is longer than %d bytes", ident, maxIdentLen)
@@ -92,7 +119,10 @@ func Render(m dialect.Mapping) (map[string]string, error) {
 	if m.TableName() == "" {
 		return nil, errors.New("postgres: empty mapping (use dialect.DefaultMapping or dialect.NewMapping)")
 	}
-	data := struct{ Table string }{Table: m.Table(QuoteIdent)}
+	data := struct {
+		Table string
+		Hold  bool
+	}{Table: m.Table(QuoteIdent), Hold: o.hold}
 	funcs := template.FuncMap{
 		"col": func(logical string) (string, error) {
 			c, ok := m.Column(logical)

@@ -39,6 +39,27 @@ type harness struct {
 
 func (h *harness) Dialect() dialect.Dialect { return h.d }
 
+// HoldDialect implements dialecttest.HoldHarness: the same table, rendered
+// for relay.onDead: hold.
+func (h *harness) HoldDialect() dialect.Dialect {
+	d, err := New(h.pool, dialect.DefaultMapping(), WithHoldDeadKeys(true))
+	if err != nil {
+		panic(err) // the default mapping always renders
+	}
+	return d
+}
+
+// Age implements dialecttest.Ager.
+func (h *harness) Age(ctx context.Context, id string, by time.Duration) error {
+	tag, err := h.pool.Exec(ctx, `UPDATE outbox SET created_at = created_at - $2::bigint * interval '1 microsecond',
+		scheduled_at = scheduled_at - $2::bigint * interval '1 microsecond',
+		updated_at = updated_at - $2::bigint * interval '1 microsecond' WHERE id = $1`, id, by.Microseconds())
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("age: no row %s", id)
+	}
+	return err
+}
+
 const insertSQL = `INSERT INTO outbox (topic, key, payload, headers, max_attempts, scheduled_at)
 VALUES ($1, $2, $3::jsonb, COALESCE($4::jsonb, '{}'::jsonb), COALESCE($5, 5), now() + $6::bigint * interval '1 microsecond')
 RETURNING id::text`

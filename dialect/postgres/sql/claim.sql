@@ -7,6 +7,11 @@
 -- in the locking SELECT (PostgreSQL re-evaluates it against the newest row
 -- version after a lock wait) and again in the UPDATE, so a row that another
 -- claimer claimed and committed meanwhile is never claimed twice.
+--
+-- With relay.onDead: hold (.Hold), a dead row whose held_at is set also
+-- comes before the key's later rows and keeps them waiting, until it is
+-- replayed or `queuebox dead release` clears held_at. That probe is a second
+-- NOT EXISTS so that each probe has its own partial index.
 WITH candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
@@ -19,7 +24,17 @@ WITH candidates AS (
                WHERE b.{{ col "key" }} = c.{{ col "key" }}
                  AND b.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
                  AND b.{{ col "sequence" }} <= c.{{ col "sequence" }}
-                 AND (b.{{ col "sequence" }} < c.{{ col "sequence" }} OR b.{{ col "id" }} < c.{{ col "id" }})))
+                 AND (b.{{ col "sequence" }} < c.{{ col "sequence" }} OR b.{{ col "id" }} < c.{{ col "id" }}))
+{{- if .Hold }}
+               AND NOT EXISTS (
+                   SELECT 1
+                   FROM {{ .Table }} AS h
+                   WHERE h.{{ col "key" }} = c.{{ col "key" }}
+                     AND h.{{ col "state" }} = {{ state "dead" }}
+                     AND h.{{ col "heldAt" }} IS NOT NULL
+                     AND h.{{ col "sequence" }} <= c.{{ col "sequence" }}
+                     AND (h.{{ col "sequence" }} < c.{{ col "sequence" }} OR h.{{ col "id" }} < c.{{ col "id" }}))
+{{- end }})
     ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
     LIMIT $2
     FOR UPDATE OF c SKIP LOCKED
@@ -41,7 +56,17 @@ WHERE o.{{ col "id" }} = candidates.{{ col "id" }}
            WHERE b.{{ col "key" }} = o.{{ col "key" }}
              AND b.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
              AND b.{{ col "sequence" }} <= o.{{ col "sequence" }}
-             AND (b.{{ col "sequence" }} < o.{{ col "sequence" }} OR b.{{ col "id" }} < o.{{ col "id" }})))
+             AND (b.{{ col "sequence" }} < o.{{ col "sequence" }} OR b.{{ col "id" }} < o.{{ col "id" }}))
+{{- if .Hold }}
+       AND NOT EXISTS (
+           SELECT 1
+           FROM {{ .Table }} AS h
+           WHERE h.{{ col "key" }} = o.{{ col "key" }}
+             AND h.{{ col "state" }} = {{ state "dead" }}
+             AND h.{{ col "heldAt" }} IS NOT NULL
+             AND h.{{ col "sequence" }} <= o.{{ col "sequence" }}
+             AND (h.{{ col "sequence" }} < o.{{ col "sequence" }} OR h.{{ col "id" }} < o.{{ col "id" }}))
+{{- end }})
 RETURNING o.{{ col "id" }}::text,
           o.{{ col "topic" }},
           o.{{ col "key" }},

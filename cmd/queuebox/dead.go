@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+
+	"github.com/queuebox/queuebox/config"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/router"
+)
+
+// operatorDB is what the operator commands (dead, replay, stats) open: the
+// config, the dialect as an Inspector and a function that closes it.
+type operatorDB struct {
+	cfg   *config.Config
+	db    dialect.Dialect
+	in    dialect.Inspector
+	close func()
+}
+
+// openInspector loads the config and connects to its database.
+func openInspector(ctx context.Context, g *globalFlags) (*operatorDB, error) {
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return nil, err
+	}
+	db, err := openDialect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	in, ok := db.Dialect.(dialect.Inspector)
+	if !ok {
+		db.Close()
+		return nil, fmt.Errorf("database.type %s does not support the operator commands yet", cfg.Database.Type)
+	}
+	return &operatorDB{cfg: cfg, db: db.Dialect, in: in, close: db.Close}, nil
+}
+
+// parseSince reads a --since or --until value: an RFC 3339 time, or a Go
+// duration meaning that long before now ("2h" is two hours ago).
+func parseSince(flag, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, usagef("--%s %q: want an RFC 3339 time (2024-05-01T12:00:00Z) or a duration ago (90m, 24h)", flag, v)
+}
+
+func checkOutput(v string) error {
+	if v != "table" && v != "json" {
+		return usagef("--output %q: want table or json", v)
+	}
+	return nil
+}
+
+func checkTopicPattern(p string) error {
+	if p == "" {
+		return nil
+	}
+	if _, err := router.ParsePattern(p); err != nil {
+		return usagef("--topic: %v", err)
+	}
+	return nil
+}
+
+func newDeadCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead",
+		Short: "List dead rows and release held keys",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("dead needs a subcommand: list or release")
+		},
+	}
+	cmd.AddCommand(newDeadListCmd(g), newDeadReleaseCmd(g))
+	for _, c := range cmd.Commands() {
+		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	}
+	return cmd
+}
+
+// deadRowJSON is one element of `dead list --output json`.
+type deadRowJSON struct {
+	ID        string    `json:"id"`
+	Topic     string    `json:"topic"`
+	Key       string    `json:"key"`
+	Attempt   int       `json:"attempt"`
+	LastError string    `json:"lastError"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	Held      bool      `json:"held"`
+}
+
+func newDeadListCmd(g *globalFlags) *cobra.Command {
+	var (
+		topic, key, since, output string
+		limit                     int
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead rows, newest first",
+		Long: `list shows dead rows, newest first: id, topic, key, attempt, last_error (on one
+line, truncated in the table), updated_at (when the row died) and held (the
+row holds its key while later rows wait, relay.onDead: hold).
+
+--output json prints an array of objects with the fields id, topic, key,
+attempt, lastError (complete), updatedAt (RFC 3339) and held.`,
+		Example: `  queuebox dead list --topic 'order.**' --since 24h
+  queuebox dead list --key customer-42 --output json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if limit <= 0 {
+				return usagef("--limit %d: want a positive number", limit)
+			}
+			if err := checkTopicPattern(topic); err != nil {
+				return err
+			}
+			sinceT, err := parseSince("since", since, time.Now())
+			if err != nil {
+				return err
+			}
+			odb, err := openInspector(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer odb.close()
+			rows, err := odb.in.DeadList(cmd.Context(), dialect.DeadListParams{TopicPattern: topic, Key: key, Since: sinceT, Limit: limit})
+			if err != nil {
+				return fmt.Errorf("dead list: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				js := make([]deadRowJSON, len(rows))
+				for i, r := range rows {
+					js[i] = deadRowJSON{ID: r.ID, Topic: r.Topic, Key: r.Key, Attempt: r.Attempt, LastError: r.LastError, UpdatedAt: r.UpdatedAt.UTC(), Held: r.Held}
+				}
+				return printJSON(out, js)
+			}
+			return printDeadTable(out, rows)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&topic, "topic", "", "topic pattern (\"*\" one token, \"**\" one or more, last only)")
+	f.StringVar(&key, "key", "", "exact key")
+	f.StringVar(&since, "since", "", "died at or after: RFC 3339 time or a duration ago (24h)")
+	f.IntVar(&limit, "limit", 50, "the most rows to list")
+	f.StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+// maxErrorWidth is the width of the last_error column of the table.
+const maxErrorWidth = 60
+
+func printDeadTable(w io.Writer, rows []dialect.DeadRow) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "no dead rows")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tATTEMPT\tLAST_ERROR\tUPDATED_AT\tHELD")
+	for _, r := range rows {
+		held := ""
+		if r.Held {
+			held = "held"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, oneLine(r.Topic, 60), oneLine(r.Key, 40), r.Attempt,
+			oneLine(r.LastError, maxErrorWidth), r.UpdatedAt.UTC().Format(time.RFC3339), held)
+	}
+	return tw.Flush()
+}
+
+// oneLine folds control characters (newlines, tabs) to spaces, collapses
+// runs of spaces and truncates to width runes with an ellipsis.
+func oneLine(s string, width int) string {
+	var b strings.Builder
+	space := false
+	n := 0
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			if space || b.Len() == 0 {
+				continue
+			}
+			space, r = true, ' '
+		} else {
+			space = false
+		}
+		if n == width-1 {
+			b.WriteRune('…')
+			return strings.TrimRight(b.String(), " ")
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return strings.TrimRight(b.String(), " ")
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newDeadReleaseCmd(g *globalFlags) *cobra.Command {
+	var key string
+	cmd := &cobra.Command{
+		Use:   "release",
+		Short: "Let the later rows of a held key flow; its dead rows stay dead",
+		Long: `release clears the hold of the dead rows of --key (relay.onDead: hold): the
+key's later rows are delivered from the next claim on, while the dead rows
+stay dead and can still be listed and replayed. A replayed row keeps its
+sequence, so it is delivered as soon as possible, after rows of the key
+already in flight.`,
+		Example: `  queuebox dead release --key customer-42`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if key == "" {
+				return usagef("dead release needs --key")
+			}
+			odb, err := openInspector(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer odb.close()
+			rel, ok := odb.db.(dialect.KeyReleaser)
+			if !ok {
+				return errors.New("this database type cannot hold keys")
+			}
+			log, err := newLogger(cmd.ErrOrStderr(), g, odb.cfg)
+			if err != nil {
+				return err
+			}
+			n, err := rel.ReleaseKey(cmd.Context(), key)
+			if err != nil {
+				return fmt.Errorf("dead release: %w", err)
+			}
+			log.Info("dead release", "key", key, "rows", n)
+			if n == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "key %q is not held by any dead row\n", key)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "released key %q: %d dead rows no longer hold it\n", key, n)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", "the held key (required)")
+	return cmd
+}

@@ -1,0 +1,258 @@
+package main
+
+// In-process tests of the operator commands (dead, replay, stats) through
+// execute, against a schema of their own. They swap os.Stdout and
+// os.Stderr to read what the commands print, so they do not run in
+// parallel.
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queuebox/queuebox/internal/testenv"
+)
+
+// opWorld is a schema with the bundled table and a config file pointing at
+// it.
+type opWorld struct {
+	pool   *pgxpool.Pool
+	config string
+}
+
+func newOpWorld(t *testing.T, onDead string) *opWorld {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	cfg := "database:\n  type: postgresql\n  url: \"" + pg.URL + "\"\n" +
+		"relay:\n  onDead: " + onDead + "\n" +
+		"destinations:\n  hooks:\n    type: http\n    url: http://127.0.0.1:1/hooks/{{ topic }}\n" +
+		"routes:\n  - topicPattern: \"**\"\n    destination: hooks\n"
+	path := filepath.Join(t.TempDir(), "queuebox.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &opWorld{pool: pg.Pool, config: path}
+}
+
+// cli runs queuebox in-process and returns the exit code, stdout and
+// stderr.
+func (w *opWorld) cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	stdout, stderr := os.Stdout, os.Stderr
+	outR, outW, _ := os.Pipe()
+	errR, errW, _ := os.Pipe()
+	os.Stdout, os.Stderr = outW, errW
+	outC, errC := make(chan string), make(chan string)
+	go func() { b, _ := io.ReadAll(outR); outC <- string(b) }()
+	go func() { b, _ := io.ReadAll(errR); errC <- string(b) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	code := execute(ctx, append([]string{"--config", w.config}, args...))
+	cancel()
+	outW.Close()
+	errW.Close()
+	os.Stdout, os.Stderr = stdout, stderr
+	return code, <-outC, <-errC
+}
+
+// insertDead inserts dead rows of topic, one per key given ("" = no key),
+// as if an HTTP receiver had answered 500 on the only attempt.
+func (w *opWorld) insertDead(t *testing.T, topic string, keys ...string) []string {
+	t.Helper()
+	var ids []string
+	for _, k := range keys {
+		var key *string
+		if k != "" {
+			key = &k
+		}
+		var id string
+		err := w.pool.QueryRow(context.Background(), `INSERT INTO outbox (topic, key, payload, state, attempt, max_attempts, last_error, claim_token, claimed_at)
+			VALUES ($1, $2, '{}', 'dead', 1, 1, E'http 500: Internal Server Error\nbody: oops', gen_random_uuid(), now()) RETURNING id::text`, topic, key).Scan(&id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func TestDeadListJSON(t *testing.T) {
+	w := newOpWorld(t, "release")
+	ids := w.insertDead(t, "billing.invoice", "k1", "")
+	other := w.insertDead(t, "order.created", "k2")
+	code, out, errOut := w.cli(t, "dead", "list", "--output", "json", "--topic", "billing.*")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r["id"].(string))
+		for _, f := range []string{"id", "topic", "key", "attempt", "lastError", "updatedAt", "held"} {
+			if _, ok := r[f]; !ok {
+				t.Errorf("row lacks %q: %v", f, r)
+			}
+		}
+		if r["lastError"] != "http 500: Internal Server Error\nbody: oops" || r["attempt"] != float64(1) || r["held"] != false {
+			t.Errorf("row %v", r)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(ids)
+	if !slices.Equal(got, ids) {
+		t.Errorf("listed %v, want %v (not %v)", got, ids, other)
+	}
+	// The table: one line per row, the error on one line.
+	code, out, _ = w.cli(t, "dead", "list")
+	if code != 0 || !strings.Contains(out, "LAST_ERROR") || !strings.Contains(out, "http 500: Internal Server Error body: oops") ||
+		strings.Count(out, "\n") != 4 {
+		t.Errorf("table (exit %d):\n%s", code, out)
+	}
+	for _, bad := range [][]string{
+		{"dead", "list", "--output", "yaml"},
+		{"dead", "list", "--since", "yesterday"},
+		{"dead", "list", "--topic", "a.**.b"},
+		{"dead", "list", "--limit", "0"},
+		{"dead", "release"},
+	} {
+		if code, _, _ := w.cli(t, bad...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+func TestReplayByTopic(t *testing.T) {
+	w := newOpWorld(t, "release")
+	ids := w.insertDead(t, "billing.invoice", "k1", "", "")
+	w.insertDead(t, "order.created", "k2")
+
+	code, _, errOut := w.cli(t, "replay")
+	if code != 2 || !strings.Contains(errOut, "needs a selector") {
+		t.Fatalf("replay without selector: exit %d, %s", code, errOut)
+	}
+	for _, bad := range [][]string{
+		{"replay", "--state", "pending", "--key", "k"},
+		{"replay", "--id", "nope"},
+		{"replay", "--topic", "x", "--since", "soon"},
+		{"replay", "--topic", "x", "--batch-size", "0"},
+	} {
+		if code, _, _ := w.cli(t, bad...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+	code, out, _ := w.cli(t, "replay", "--topic", "billing.*", "--dry-run")
+	if code != 0 || strings.TrimSpace(out) != "would replay 3 rows" {
+		t.Fatalf("dry run: exit %d, %q", code, out)
+	}
+	code, out, errOut = w.cli(t, "--log-format", "json", "replay", "--topic", "billing.*", "--since", "1h", "--batch-size", "2")
+	if code != 0 || strings.TrimSpace(out) != "replayed 3 rows" {
+		t.Fatalf("replay: exit %d, %q, %s", code, out, errOut)
+	}
+	var logLine map[string]any
+	if lines := strings.Split(strings.TrimSpace(errOut), "\n"); len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &logLine) != nil {
+		t.Fatalf("want one JSON log line, got %q", errOut)
+	}
+	if logLine["msg"] != "replay" || logLine["topic"] != "billing.*" || logLine["rows"] != float64(3) {
+		t.Errorf("log line %v", logLine)
+	}
+	rows, err := w.pool.Query(context.Background(), `SELECT id::text, state, attempt, last_error IS NULL, claim_token IS NULL FROM outbox WHERE topic = 'billing.invoice'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var (
+			id, state                string
+			attempt                  int
+			errCleared, tokenCleared bool
+		)
+		if err := rows.Scan(&id, &state, &attempt, &errCleared, &tokenCleared); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if !slices.Contains(ids, id) || state != "pending" || attempt != 0 || !errCleared || !tokenCleared {
+			t.Errorf("replayed row %s: %s attempt %d, error cleared %v, token cleared %v", id, state, attempt, errCleared, tokenCleared)
+		}
+	}
+	if n != 3 {
+		t.Errorf("%d billing rows, want 3", n)
+	}
+	var dead int
+	_ = w.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE state = 'dead'`).Scan(&dead)
+	if dead != 1 {
+		t.Errorf("%d dead rows left, want the order.created one", dead)
+	}
+}
+
+func TestStatsJSON(t *testing.T) {
+	w := newOpWorld(t, "hold")
+	ctx := context.Background()
+	dead := w.insertDead(t, "billing.invoice", "K")
+	_, err := w.pool.Exec(ctx, `UPDATE outbox SET held_at = now() WHERE id = $1`, dead[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, scheduled_at)
+		VALUES ('billing.invoice', 'K', '{}', now() - interval '1 minute'), ('order.created', NULL, '{}', now()), ('order.created', NULL, '{}', now())`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := w.cli(t, "stats", "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var st struct {
+		States                  map[string]int64 `json:"states"`
+		OldestPendingAgeSeconds *float64         `json:"oldestPendingAgeSeconds"`
+		Backlog                 []struct {
+			Topic                   string   `json:"topic"`
+			Pending                 int64    `json:"pending"`
+			OldestPendingAgeSeconds *float64 `json:"oldestPendingAgeSeconds"`
+		} `json:"backlog"`
+		HeldKeys []struct {
+			Key     string `json:"key"`
+			DeadID  string `json:"deadId"`
+			Waiting int64  `json:"waiting"`
+		} `json:"heldKeys"`
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		t.Fatalf("stats JSON: %v\n%s", err, out)
+	}
+	if st.States["pending"] != 3 || st.States["dead"] != 1 || st.States["sent"] != 0 || st.States["processing"] != 0 {
+		t.Errorf("states %v", st.States)
+	}
+	if st.OldestPendingAgeSeconds == nil || *st.OldestPendingAgeSeconds < 59 {
+		t.Errorf("oldest pending age %v, want about 60s", st.OldestPendingAgeSeconds)
+	}
+	if len(st.Backlog) != 2 || st.Backlog[0].Topic != "order.created" || st.Backlog[0].Pending != 2 {
+		t.Errorf("backlog %+v", st.Backlog)
+	}
+	if len(st.HeldKeys) != 1 || st.HeldKeys[0].Key != "K" || st.HeldKeys[0].DeadID != dead[0] || st.HeldKeys[0].Waiting != 1 {
+		t.Errorf("held keys %+v", st.HeldKeys)
+	}
+	code, out, _ = w.cli(t, "stats")
+	if code != 0 || !strings.Contains(out, "HELD_KEY") || !strings.Contains(out, "billing.invoice") {
+		t.Errorf("stats table (exit %d):\n%s", code, out)
+	}
+	// dead release lets K flow.
+	code, out, _ = w.cli(t, "dead", "release", "--key", "K")
+	if code != 0 || !strings.Contains(out, "1 dead rows no longer hold it") {
+		t.Errorf("dead release: exit %d, %q", code, out)
+	}
+	code, out, _ = w.cli(t, "stats", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"heldKeys": []`) {
+		t.Errorf("after release (exit %d): %s", code, out)
+	}
+}

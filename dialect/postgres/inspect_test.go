@@ -1,0 +1,96 @@
+package postgres
+
+import (
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/relay"
+	"github.com/queuebox/queuebox/router"
+)
+
+// TestTopicRegexpMatchesRouter checks the SQL translation of topic patterns
+// against the router on a set of topics (Go's RE2 reads these expressions
+// the same way PostgreSQL's AREs do).
+func TestTopicRegexpMatchesRouter(t *testing.T) {
+	patterns := []string{"**", "*", "order.*", "order.**", "*.created", "order.*.paid", "a+b.(c)", `x\y.**`, "o.r[d]$.*"}
+	topics := []string{"order", "order.", "order.created", "order.eu.paid", "orderXcreated", "order.created.x", "a+b.(c)", "aab.c",
+		`x\y.z`, "x.y.z", "o.r[d]$.q", "o.rd.q", "invoice.created", "ü.created"}
+	for _, p := range patterns {
+		re, err := topicRegexp(p)
+		if err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+		rx := regexp.MustCompile(re)
+		rp := router.MustParsePattern(p)
+		for _, topic := range topics {
+			if got, want := rx.MatchString(topic), rp.Match(topic); got != want {
+				t.Errorf("pattern %q (%s), topic %q: regexp %v, router %v", p, re, topic, got, want)
+			}
+		}
+	}
+	for _, bad := range []string{"", "a..b", ".a", "a.**.b", "ord*"} {
+		if _, err := topicRegexp(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestRetentionOnPostgres runs relay.RetentionPass against the real table:
+// 2,500 old sent rows go in three statements; pending, processing, new and
+// dead rows stay.
+func TestRetentionOnPostgres(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	d, err := New(pg.Pool, dialect.DefaultMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pg.Pool.Exec(ctx, `
+		INSERT INTO outbox (topic, payload, state, scheduled_at, updated_at)
+		SELECT 't', '{}', s.state, now() - interval '3 days', now() - interval '2 days'
+		FROM (SELECT CASE WHEN g <= 2500 THEN 'sent' WHEN g <= 2510 THEN 'pending' WHEN g <= 2520 THEN 'processing' ELSE 'dead' END AS state
+		      FROM generate_series(1, 2530) AS g) AS s;
+		INSERT INTO outbox (topic, payload, state) SELECT 't', '{}', 'sent' FROM generate_series(1, 10)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	counting := purgerFunc(func(p dialect.PurgeParams) (int64, error) {
+		calls++
+		return d.Purge(ctx, p)
+	})
+	n, err := relay.RetentionPass(ctx, counting, relay.RetentionOptions{BatchSize: 1000, Pause: time.Millisecond}, "sent", 24*time.Hour)
+	if err != nil || n != 2500 {
+		t.Fatalf("retention pass = %d, %v; want 2500", n, err)
+	}
+	if calls != 3 {
+		t.Errorf("%d delete statements, want 3", calls)
+	}
+	rows, err := pg.Pool.Query(ctx, `SELECT state, count(*) FROM outbox GROUP BY state`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]int64{}
+	for rows.Next() {
+		var s string
+		var c int64
+		if err := rows.Scan(&s, &c); err != nil {
+			t.Fatal(err)
+		}
+		left[s] = c
+	}
+	want := map[string]int64{"sent": 10, "pending": 10, "processing": 10, "dead": 10}
+	for s, c := range want {
+		if left[s] != c {
+			t.Errorf("%s rows left: %d, want %d (%v)", s, left[s], c, left)
+		}
+	}
+}
+
+type purgerFunc func(dialect.PurgeParams) (int64, error)
+
+func (f purgerFunc) Purge(_ context.Context, p dialect.PurgeParams) (int64, error) { return f(p) }

@@ -1,0 +1,14 @@
+-- replay_select: the ids of the rows a replay would move, in (sequence, id)
+-- order so that batches follow per-key order: rows stored as $1 (the dead or
+-- sent state), with id in $2, topic matching the regular expression $3, key
+-- $4, updated at or after $5 and before $6; a NULL selector matches all.
+SELECT r.{{ col "id" }}::text
+FROM {{ .Table }} AS r
+WHERE r.{{ col "state" }} = $1::text
+  AND r.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})
+  AND ($2::uuid[] IS NULL OR r.{{ col "id" }} = ANY($2::uuid[]))
+  AND ($3::text IS NULL OR r.{{ col "topic" }} ~ $3::text)
+  AND ($4::text IS NULL OR r.{{ col "key" }} = $4::text)
+  AND ($5::timestamptz IS NULL OR r.{{ col "updatedAt" }} >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR r.{{ col "updatedAt" }} < $6::timestamptz)
+ORDER BY r.{{ col "sequence" }}, r.{{ col "id" }}

@@ -1,0 +1,13 @@
+-- stats_backlog: the $1 topics with the most pending rows, with the age in
+-- seconds of each topic's oldest due pending row (0 when none is due yet).
+-- Reads every pending row once (the pending range of the (state,
+-- scheduled_at) index): its cost grows with the backlog, not the table.
+SELECT {{ col "topic" }},
+       count(*),
+       COALESCE(EXTRACT(EPOCH FROM now() - min({{ col "scheduledAt" }})
+                FILTER (WHERE {{ col "scheduledAt" }} <= now())), 0)::float8
+FROM {{ .Table }}
+WHERE {{ col "state" }} = {{ state "pending" }}
+GROUP BY {{ col "topic" }}
+ORDER BY count(*) DESC, {{ col "topic" }}
+LIMIT $1

@@ -1,0 +1,80 @@
+package metrics
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// documented reads the metric names of the table in docs/metrics.md: the
+// first column, `queuebox_...` in backticks.
+func documented(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile("(?m)^\\| `(queuebox_[a-z_]+)` \\|")
+	var names []string
+	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+		names = append(names, m[1])
+	}
+	if len(names) == 0 {
+		t.Fatal("docs/metrics.md has no metric table")
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestDocumentedMetricsMatchScrape registers the metrics, configures one
+// destination, and checks that the queuebox_* families of a scrape are
+// exactly the documented ones.
+func TestDocumentedMetricsMatchScrape(t *testing.T) {
+	m := New()
+	m.InitDestination("hooks")
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scraped []string
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), Namespace+"_") {
+			scraped = append(scraped, f.GetName())
+		}
+	}
+	sort.Strings(scraped)
+	docs := documented(t)
+	for _, n := range scraped {
+		if !slices.Contains(docs, n) {
+			t.Errorf("%s is exposed but not documented in docs/metrics.md", n)
+		}
+	}
+	for _, n := range docs {
+		if !slices.Contains(scraped, n) {
+			t.Errorf("%s is documented in docs/metrics.md but not exposed", n)
+		}
+	}
+}
+
+// TestRetentionCounter checks the retention counter's labels and values.
+func TestRetentionCounter(t *testing.T) {
+	m := New()
+	m.Purged("sent", 1000)
+	m.Purged("sent", 500)
+	if got := testutil.ToFloat64(m.purged.WithLabelValues("sent")); got != 1500 {
+		t.Errorf("sent = %v", got)
+	}
+	if got := testutil.ToFloat64(m.purged.WithLabelValues("dead")); got != 0 {
+		t.Errorf("dead = %v", got)
+	}
+	m.Claimed(3, time.Millisecond, nil)
+	if got := testutil.ToFloat64(m.inflight); got != 3 {
+		t.Errorf("inflight = %v", got)
+	}
+}
