@@ -14,16 +14,17 @@ import (
 // bundled holds every dialect's migrations. Adding SQL Server is one more
 // pattern here and one entry in dialects.
 //
-//go:embed postgresql/*.sql
+//go:embed postgresql/*.sql sqlserver/*.sql
 var bundled embed.FS
 
 // dialects maps a config database.type to its folder in bundled and its
 // goose dialect.
 var dialects = map[string]bundle{
 	"postgresql": {dir: "postgresql", goose: goose.DialectPostgres},
+	"sqlserver":  {dir: "sqlserver", goose: goose.DialectMSSQL},
 }
 
-// FS returns the migrations of dbType ("postgresql"), rooted at the folder
+// FS returns the migrations of dbType ("postgresql" or "sqlserver"), rooted at the folder
 // so that goose sees the .sql files at the top level.
 func FS(dbType string) (fs.FS, error) {
 	d, err := lookup(dbType)
@@ -35,7 +36,8 @@ func FS(dbType string) (fs.FS, error) {
 
 // NewProvider returns a goose provider that applies the migrations of dbType
 // to db. The migrations use the unqualified table name outbox: connect db
-// with the target schema first on its search_path.
+// with the target schema first on its search_path (PostgreSQL) or as a user
+// whose default schema is the target schema (SQL Server).
 func NewProvider(dbType string, db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
 	d, err := lookup(dbType)
 	if err != nil {
@@ -57,9 +59,6 @@ func lookup(dbType string) (bundle, error) {
 	d, ok := dialects[dbType]
 	if ok {
 		return d, nil
-	}
-	if dbType == "sqlserver" {
-		return d, fmt.Errorf("migrations: sqlserver migrations are not bundled yet")
 	}
 	return d, fmt.Errorf("migrations: unknown database type %q (want postgresql or sqlserver)", dbType)
 }
