@@ -45,7 +45,7 @@ lint: ## gofmt and go vet (and staticcheck when installed).
 
 .PHONY: bench
 bench: build ## Run the throughput/latency benchmark against local PostgreSQL and NATS.
-	$(GO) run ./cmd/queuebox bench $(BENCH_FLAGS)
+	./$(BIN) bench $(BENCH_FLAGS)
 
 .PHONY: demo
 demo: build ## Run the demo pipeline (needs only a reachable PostgreSQL).

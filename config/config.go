@@ -136,6 +136,11 @@ func Default() *Config {
 			},
 			ShutdownTimeout: Duration(10 * time.Second),
 			OnDead:          "release",
+			CircuitBreaker: Breaker{
+				Failures:   5,
+				OpenFor:    Duration(5 * time.Second),
+				MaxOpenFor: Duration(time.Minute),
+			},
 		},
 		Server: Server{Listen: "127.0.0.1:9090"},
 		Log:    Log{Format: "text", Level: "info"},

@@ -88,6 +88,7 @@ func TestGoodConfig(t *testing.T) {
 			PollInterval: Duration(250 * time.Millisecond), Lease: Duration(time.Minute), MaxAttempts: 7,
 			Backoff:         Backoff{Base: Duration(500 * time.Millisecond), Max: Duration(2 * time.Minute), Jitter: 0.1},
 			ShutdownTimeout: Duration(20 * time.Second), ReapInterval: Duration(5 * time.Second), OnDead: "hold",
+			CircuitBreaker: Breaker{Failures: 5, OpenFor: Duration(5 * time.Second), MaxOpenFor: Duration(time.Minute)},
 		},
 		Server: Server{Listen: "0.0.0.0:9091"},
 		Log:    Log{Format: "json", Level: "debug"},
@@ -496,5 +497,48 @@ routes:
 	}
 	if b := cfg.Destinations["b"]; b.Type != "http" || b.URL != "http://h/b" || b.Timeout.D() != 3*time.Second {
 		t.Errorf("b = %+v", b)
+	}
+}
+
+func TestRouteExpressions(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse([]byte(`
+database: {url: "postgres://db/app"}
+destinations:
+  a: {type: http, url: "http://h/a"}
+  b: {type: http, url: "http://h/b"}
+routes:
+  - topicPattern: "order.**"
+    destination: a
+    when: payload.region == "eu" && headers["tenant"] != ""
+    transform: '{"id": id, "data": omit(payload, "card")}'
+    onError: retry
+  - topicPattern: "order.*"
+    destination: b
+    transform: payload.order
+    onError: skip
+  - topicPattern: "order.created"
+    destination: b
+  - topicPattern: "**"
+    destination: b
+    onError: skip
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routes[0]
+	if r.When != `payload.region == "eu" && headers["tenant"] != ""` || r.Transform == "" || r.OnError != "retry" {
+		t.Errorf("routes[0] = %+v", r)
+	}
+	// routes[0] has a when: and routes[1] skips on error: neither hides
+	// routes[2]. routes[3].onError does nothing.
+	want := []string{`20:5: routes[3].onError: has no effect: the route has no when: or transform:`}
+	if got := cfg.Warnings(); !reflect.DeepEqual(got, want) {
+		t.Errorf("warnings = %q, want %q", got, want)
+	}
+	// The effective configuration prints the expressions, and no empty
+	// ones (an empty when: is an error).
+	if s := cfg.String(); !strings.Contains(s, "transform: payload.order") || strings.Contains(s, `when: ""`) {
+		t.Errorf("String() =\n%s", s)
 	}
 }

@@ -11,6 +11,7 @@ type Config struct {
 	Relay        Relay                  `yaml:"relay"`
 	Server       Server                 `yaml:"server"`
 	Log          Log                    `yaml:"log"`
+	Retention    Retention              `yaml:"retention"`
 	Destinations map[string]Destination `yaml:"destinations"`
 	Routes       []Route                `yaml:"routes"`
 
@@ -39,6 +40,43 @@ type Relay struct {
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	ReapInterval    Duration `yaml:"reapInterval"` // how often expired leases are released
 	OnDead          string   `yaml:"onDead"`       // release | hold
+	Notify          Notify   `yaml:"notify"`       // wake on commit (PostgreSQL LISTEN/NOTIFY)
+	CircuitBreaker  Breaker  `yaml:"circuitBreaker"`
+}
+
+// Breaker configures the per-destination circuit breaker: after Failures
+// consecutive connection-level publish failures the destination's rows
+// wait (without spending attempts) for OpenFor, then one probe batch is let
+// through; each failed probe doubles the wait up to MaxOpenFor.
+type Breaker struct {
+	Failures   int      `yaml:"failures"`
+	OpenFor    Duration `yaml:"openFor"`
+	MaxOpenFor Duration `yaml:"maxOpenFor"`
+}
+
+// Notify turns on wake-on-commit (PostgreSQL only): the relay LISTENs on
+// Channel and claims as soon as a NOTIFY arrives; polling stays as the
+// safety net. With CreateTrigger the relay installs (idempotently, at
+// start) a statement-level AFTER INSERT trigger on the outbox table that
+// sends the NOTIFY; without it, the application sends NOTIFY itself (the
+// producer package, or its own trigger). An empty Channel turns it off.
+type Notify struct {
+	Channel       string `yaml:"channel"`
+	CreateTrigger bool   `yaml:"createTrigger"`
+}
+
+// Retention deletes old finished rows in batches; pending and processing
+// rows are never deleted. A zero (absent) maxAge keeps that state's rows.
+type Retention struct {
+	Sent      RetentionRule `yaml:"sent"`
+	Dead      RetentionRule `yaml:"dead"`
+	Interval  Duration      `yaml:"interval"`  // between passes; 0 = 1m
+	BatchSize int           `yaml:"batchSize"` // rows per delete statement; 0 = 1000
+}
+
+// RetentionRule is the retention of one state.
+type RetentionRule struct {
+	MaxAge Duration `yaml:"maxAge"` // rows last updated longer ago are deleted; 0 = keep
 }
 
 // Backoff is the retry schedule: base × 2^attempt, ± jitter, capped at Max.
@@ -113,10 +151,17 @@ type TLS struct {
 	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"`
 }
 
-// Route sends rows whose topic matches TopicPattern to Destination.
+// Route sends rows whose topic matches TopicPattern (and, when set, for
+// which the When expression is true) to Destination, the body replaced by
+// the result of Transform when set. OnError says what a runtime error of
+// either expression does: retry, skip (try the next route) or dead (the
+// default). docs/routing.md describes the expressions.
 type Route struct {
 	TopicPattern string `yaml:"topicPattern"`
 	Destination  string `yaml:"destination"`
+	When         string `yaml:"when,omitempty"`      // boolean expr-lang expression; empty: always
+	Transform    string `yaml:"transform,omitempty"` // expr-lang expression; the delivered body is its JSON
+	OnError      string `yaml:"onError,omitempty"`   // retry | skip | dead; empty: dead
 }
 
 // Duration is a time.Duration written as a Go duration string ("250ms").

@@ -156,6 +156,12 @@ func (v *validator) relay() {
 		v.fail("relay.backoff.jitter", "must be between 0 and 1, got %v", j)
 	}
 	v.oneOf("relay.onDead", r.OnDead, "release", "hold")
+	v.positive("relay.circuitBreaker.failures", r.CircuitBreaker.Failures)
+	v.positiveDuration("relay.circuitBreaker.openFor", r.CircuitBreaker.OpenFor)
+	v.positiveDuration("relay.circuitBreaker.maxOpenFor", r.CircuitBreaker.MaxOpenFor)
+	if r.CircuitBreaker.MaxOpenFor < r.CircuitBreaker.OpenFor {
+		v.fail("relay.circuitBreaker.maxOpenFor", "must be at least relay.circuitBreaker.openFor (%s), got %s", r.CircuitBreaker.OpenFor, r.CircuitBreaker.MaxOpenFor)
+	}
 	if r.Lease > 0 && r.PollInterval >= r.Lease {
 		v.warn("relay.pollInterval", "%s is not shorter than relay.lease (%s)", r.PollInterval, r.Lease)
 	}
@@ -358,8 +364,12 @@ func (v *validator) routes() {
 					break
 				}
 			}
-			patterns = append(patterns, pat)
-			patternIdx = append(patternIdx, i)
+			// A route that can decline a matching topic (a when:, or a
+			// transform: whose errors skip) hides nothing after it.
+			if !v.routeExpressions(p, r) {
+				patterns = append(patterns, pat)
+				patternIdx = append(patternIdx, i)
+			}
 		}
 		switch _, ok := v.cfg.Destinations[r.Destination]; {
 		case r.Destination == "":
@@ -375,4 +385,28 @@ func (v *validator) routes() {
 			v.warn("destinations."+name, "not used by any route")
 		}
 	}
+}
+
+// routeExpressions checks a route's when:, transform: and onError: by
+// compiling them as the router will, and reports whether the route is
+// conditional (it may pass a topic its pattern matches to later routes).
+func (v *validator) routeExpressions(p string, r Route) (conditional bool) {
+	for _, x := range []struct {
+		key, src string
+		kind     router.ExprKind
+	}{{"when", r.When, router.WhenExpr}, {"transform", r.Transform, router.TransformExpr}} {
+		if !v.set(p + "." + x.key) {
+			continue
+		}
+		if _, err := router.CompileExpr(x.src, x.kind); err != nil {
+			v.fail(p+"."+x.key, "%v", err)
+		}
+	}
+	onError, err := router.ParseOnError(r.OnError)
+	if err != nil {
+		v.fail(p+".onError", "%v%s", err, didYouMean(r.OnError, router.OnErrorValues))
+	} else if v.set(p+".onError") && r.When == "" && r.Transform == "" {
+		v.warn(p+".onError", "has no effect: the route has no when: or transform:")
+	}
+	return r.When != "" || (r.Transform != "" && onError == router.OnErrorSkip)
 }

@@ -34,6 +34,7 @@ type Options struct {
 	ShutdownTimeout time.Duration // time to finish in-flight batches on shutdown (10s)
 	ReapInterval    time.Duration // how often expired leases are released (5s)
 	ReapBatch       int           // rows per release-expired statement (1000)
+	Breaker         BreakerOptions
 	Logger          *slog.Logger
 	Observer        Observer
 	// Secrets are literal values (passwords, tokens) removed from every
@@ -75,6 +76,7 @@ func (o *Options) setDefaults() {
 	if o.ReapBatch <= 0 {
 		o.ReapBatch = 1000
 	}
+	o.Breaker.setDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,6 +94,8 @@ type Engine struct {
 	opt    Options
 	log    *slog.Logger
 	obs    Observer
+	// breakers holds one circuit breaker per destination.
+	breakers map[string]*breaker
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed and replaced to wake every idle worker
@@ -104,14 +108,19 @@ func New(db dialect.Dialect, r Router, dests map[string]destination.Destination,
 		return nil, errors.New("relay: a dialect and a router are required")
 	}
 	opt.setDefaults()
+	breakers := make(map[string]*breaker, len(dests))
+	for name := range dests {
+		breakers[name] = newBreaker(opt.Breaker)
+	}
 	return &Engine{
-		db:     db,
-		router: r,
-		dests:  dests,
-		opt:    opt,
-		log:    opt.Logger,
-		obs:    opt.Observer,
-		wakeCh: make(chan struct{}),
+		db:       db,
+		router:   r,
+		dests:    dests,
+		opt:      opt,
+		log:      opt.Logger,
+		obs:      opt.Observer,
+		breakers: breakers,
+		wakeCh:   make(chan struct{}),
 	}, nil
 }
 
@@ -309,6 +318,16 @@ func (e *Engine) shutdownContext(ctx context.Context) (context.Context, context.
 }
 
 func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes []outcome) {
+	b := e.breakers[name]
+	if ok, wait := b.allow(); !ok {
+		// The destination is down: do not publish, and do not spend an
+		// attempt. The rows are due again when a probe may go through.
+		err := circuitOpenError(name, wait)
+		for _, i := range idx {
+			outcomes[i].err = err
+		}
+		return
+	}
 	batch := make([]outbox.Message, len(idx))
 	for j, i := range idx {
 		batch[j] = *outcomes[i].msg
@@ -317,10 +336,26 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 	err := e.dests[name].Publish(ctx, batch)
 	e.obs.Published(name, len(batch), time.Since(start), err)
 	now := time.Now()
+	errs := make([]error, len(idx))
 	for j, i := range idx {
-		outcomes[i].err = destination.ErrorAt(err, j)
-		if outcomes[i].err == nil {
+		errs[j] = destination.ErrorAt(err, j)
+		outcomes[i].err = errs[j]
+		if errs[j] == nil {
 			e.obs.Acked(name, now.Sub(outcomes[i].msg.CreatedAt))
+		}
+	}
+	if ctx.Err() != nil && err != nil {
+		// Cut short by shutdown: says nothing about the destination.
+		b.record(false)
+		return
+	}
+	if from, to := b.record(batchUnavailable(errs)); from != to {
+		e.obs.BreakerChanged(name, to)
+		if to == BreakerOpen {
+			e.log.Warn("circuit opened: the destination keeps failing at the connection level; its rows wait without spending attempts",
+				"destination", name, "err", errs[0])
+		} else {
+			e.log.Info("circuit "+to.String(), "destination", name)
 		}
 	}
 }

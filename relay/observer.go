@@ -23,6 +23,9 @@ type Observer interface {
 	Lost(rows int)
 	// Reclaimed reports rows whose expired lease was released.
 	Reclaimed(rows int)
+	// BreakerChanged reports a destination's circuit breaker entering a
+	// new state.
+	BreakerChanged(dest string, to BreakerState)
 }
 
 // NopObserver ignores every event.
@@ -34,4 +37,5 @@ func (NopObserver) Acked(string, time.Duration)                 {}
 func (NopObserver) Settled(string, Outcome, int)                {}
 func (NopObserver) Wrote(string, time.Duration, error)          {}
 func (NopObserver) Lost(int)                                    {}
+func (NopObserver) BreakerChanged(string, BreakerState)         {}
 func (NopObserver) Reclaimed(int)                               {}

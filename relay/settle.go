@@ -21,6 +21,9 @@ const (
 	OutcomeRetry    Outcome = "retry"
 	OutcomeDead     Outcome = "dead"
 	OutcomeReleased Outcome = "released"
+	// OutcomeDeferred is a row whose destination was unavailable: it is
+	// due again later and its attempt count is unchanged.
+	OutcomeDeferred Outcome = "deferred"
 )
 
 // maxErrorLen bounds the last_error text written to the table.
@@ -31,13 +34,15 @@ const maxErrorLen = 1024
 // which case failed rows are released rather than retried.
 func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) {
 	var (
-		sent     []string
-		sentBy   = map[string]int{}
-		retries  []dialect.RetryItem
-		retryBy  = map[string]int{}
-		deads    []dialect.DeadItem
-		deadBy   = map[string]int{}
-		released []string
+		sent    []string
+		sentBy  = map[string]int{}
+		retries []dialect.RetryItem
+		retryBy = map[string]int{}
+		// deferredBy counts rows whose destination was unavailable.
+		deferredBy = map[string]int{}
+		deads      []dialect.DeadItem
+		deadBy     = map[string]int{}
+		released   []string
 		// One log line per destination and batch for retries: a broker
 		// that is down must not print a line per row.
 		firstRetry = map[string]string{}
@@ -50,11 +55,12 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			sentBy[o.dest]++
 			continue
 		}
-		if shutdownCut && !outbox.IsPermanent(o.err) {
+		if shutdownCut && !outbox.IsPermanent(o.err) && !errors.Is(o.err, outbox.ErrNoRoute) {
 			released = append(released, m.ID)
 			continue
 		}
 		reason := e.reason(o)
+		permanent := outbox.IsPermanent(o.err) || errors.Is(o.err, outbox.ErrNoRoute)
 		maxAttempts := m.MaxAttempts
 		if maxAttempts <= 0 {
 			maxAttempts = e.opt.MaxAttempts
@@ -62,7 +68,19 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		attempt := m.Attempt + 1
 		attrs := []any{"id", m.ID, "topic", m.Topic, "key", m.Key, "destination", o.dest, "attempt", m.Attempt}
 		switch {
-		case outbox.IsPermanent(o.err):
+		case outbox.IsUnavailable(o.err) && !permanent:
+			// The destination is down, not the row: wait without spending
+			// an attempt, so that no row dies because a broker was away.
+			delay := e.opt.Backoff.Base
+			if d, ok := outbox.RetryDelay(o.err); ok {
+				delay = min(max(d, 0), e.opt.Backoff.Max)
+			}
+			retries = append(retries, dialect.RetryItem{ID: m.ID, Attempt: m.Attempt, Delay: delay, Error: reason})
+			deferredBy[o.dest]++
+			if firstRetry[o.dest] == "" {
+				firstRetry[o.dest] = reason
+			}
+		case permanent:
 			deads = append(deads, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
 			deadBy[o.dest]++
 			log.Warn("row dead: permanent failure", append(attrs, "err", reason)...)
@@ -110,6 +128,12 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 	for d, n := range retryBy {
 		e.obs.Settled(d, OutcomeRetry, n)
 		log.Warn("deliveries failed; rows will be retried", "destination", d, "rows", n, "first_err", firstRetry[d])
+	}
+	for d, n := range deferredBy {
+		e.obs.Settled(d, OutcomeDeferred, n)
+		if retryBy[d] == 0 {
+			log.Warn("destination unavailable; rows deferred without spending an attempt", "destination", d, "rows", n, "first_err", firstRetry[d])
+		}
 	}
 	for d, n := range deadBy {
 		e.obs.Settled(d, OutcomeDead, n)

@@ -58,14 +58,13 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	db, pool, err := openDialect(cctx, cfg)
+	db, err := openDialect(cctx, cfg)
 	if err != nil {
 		report(false, "database: %s", redact.String(err.Error(), secrets...))
 	} else {
-		defer pool.Close()
-		cc := pool.Config().ConnConfig
-		report(true, "database %s:%d/%s reachable as %s", cc.Host, cc.Port, cc.Database, cc.User)
-		if sc, ok := db.(dialect.SchemaChecker); ok {
+		defer db.Close()
+		report(true, "database %s reachable", db)
+		if sc, ok := db.Dialect.(dialect.SchemaChecker); ok {
 			rep, err := sc.CheckSchema(cctx)
 			switch {
 			case err != nil:

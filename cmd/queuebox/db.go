@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"time"
+
+	_ "github.com/microsoft/go-mssqldb" // registers the "sqlserver" driver
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,6 +17,7 @@ import (
 	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/dialect/postgres"
+	"github.com/queuebox/queuebox/dialect/sqlserver"
 	"github.com/queuebox/queuebox/internal/redact"
 )
 
@@ -71,28 +76,95 @@ func describeDBError(pc *pgxpool.Config, err error, url string) error {
 	}
 }
 
-// openDialect connects to the configured database and returns its dialect
-// and a function that closes it.
-func openDialect(ctx context.Context, cfg *config.Config) (dialect.Dialect, *pgxpool.Pool, error) {
+// database is an open connection to the configured outbox database: its
+// dialect plus what the process needs around it (a health ping, a
+// description without secrets, Close).
+type database struct {
+	dialect.Dialect
+	pool *pgxpool.Pool // PostgreSQL
+	sql  *sql.DB       // SQL Server
+	desc string        // host:port/database as user, never the password
+}
+
+// Ping checks that the database answers.
+func (d *database) Ping(ctx context.Context) error {
+	if d.pool != nil {
+		return d.pool.Ping(ctx)
+	}
+	return d.sql.PingContext(ctx)
+}
+
+// Close closes the connections. It is idempotent.
+func (d *database) Close() {
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	if d.sql != nil {
+		_ = d.sql.Close()
+	}
+}
+
+// String describes the database without its password.
+func (d *database) String() string { return d.desc }
+
+// openDialect connects to the configured database and returns it with its
+// dialect. Every error names the server (never the password) and the fix.
+func openDialect(ctx context.Context, cfg *config.Config) (*database, error) {
 	m, err := dialect.NewMapping(cfg.Database.OutboxTable, cfg.Database.Columns, cfg.Database.States)
 	if err != nil {
-		return nil, nil, fmt.Errorf("database: %w", err)
+		return nil, fmt.Errorf("database: %w", err)
 	}
 	switch cfg.Database.Type {
 	case "postgresql", "":
 		pool, err := openPostgres(ctx, cfg)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		d, err := postgres.New(pool, m)
+		d, err := postgres.New(pool, m, postgres.WithHoldDeadKeys(cfg.Relay.OnDead == "hold"))
 		if err != nil {
 			pool.Close()
-			return nil, nil, err
+			return nil, err
 		}
-		return d, pool, nil
+		cc := pool.Config().ConnConfig
+		return &database{Dialect: d, pool: pool, desc: fmt.Sprintf("postgresql %s/%s as %s", net.JoinHostPort(cc.Host, fmt.Sprint(cc.Port)), cc.Database, cc.User)}, nil
 	case "sqlserver":
-		return nil, nil, errors.New("database.type sqlserver: the SQL Server dialect is not built into this version yet (use postgresql)")
+		if cfg.Relay.OnDead == "hold" {
+			return nil, errors.New("relay.onDead: hold is not supported on SQL Server yet (use release)")
+		}
+		db, desc, err := openSQLServer(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		d, err := sqlserver.New(db, m)
+		if err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+		return &database{Dialect: d, sql: db, desc: desc}, nil
 	default:
-		return nil, nil, fmt.Errorf("database.type %q is not supported (want postgresql or sqlserver)", cfg.Database.Type)
+		return nil, fmt.Errorf("database.type %q is not supported (want postgresql or sqlserver)", cfg.Database.Type)
 	}
+}
+
+// openSQLServer opens cfg.Database.URL with go-mssqldb and checks that the
+// server answers within connectTimeout.
+func openSQLServer(ctx context.Context, cfg *config.Config) (*sql.DB, string, error) {
+	u, err := url.Parse(cfg.Database.URL)
+	if err != nil || u.Scheme != "sqlserver" {
+		return nil, "", fmt.Errorf("database.url is not a SQL Server URL (want sqlserver://user:password@host:1433?database=name)")
+	}
+	desc := fmt.Sprintf("sqlserver %s/%s as %s", u.Host, u.Query().Get("database"), u.User.Username())
+	db, err := sql.Open(sqlserver.DriverName, cfg.Database.URL)
+	if err != nil {
+		return nil, "", fmt.Errorf("database.url: %s", redact.String(err.Error(), cfg.Database.URL))
+	}
+	db.SetMaxOpenConns(int(poolSize(cfg)))
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		_ = db.Close()
+		return nil, "", fmt.Errorf("cannot reach the database at %s: %s (check database.url and that SQL Server is running)",
+			u.Host, redact.String(err.Error(), cfg.Database.URL))
+	}
+	return db, desc, nil
 }

@@ -85,7 +85,11 @@ func newRootCmd() *cobra.Command {
 		newRunCmd(g),
 		newMigrateCmd(g),
 		newCheckCmd(g),
+		newDeadCmd(g),
+		newReplayCmd(g),
+		newStatsCmd(g),
 		newDemoCmd(g),
+		newBenchCmd(g),
 
 		newVersionCmd(),
 	)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/queuebox/queuebox/config"
@@ -109,8 +110,20 @@ func migrate(ctx context.Context, w io.Writer, cfg *config.Config, action string
 	if err != nil {
 		return err
 	}
-	if cfg.Database.Type != "postgresql" && cfg.Database.Type != "" {
-		return fmt.Errorf("migrate: database.type %q is not supported by this version (want postgresql)", cfg.Database.Type)
+	if cfg.Database.Type == "sqlserver" {
+		if schema != "" && schema != "dbo" {
+			return fmt.Errorf("migrate: on SQL Server the bundled table goes into the login's default schema; database.outboxTable %q names schema %q (create it with 'queuebox migrate sql --type sqlserver' instead)", cfg.Database.OutboxTable, schema)
+		}
+		db, _, err := openSQLServer(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		p, err := migrations.NewProvider("sqlserver", db)
+		if err != nil {
+			return err
+		}
+		return runMigrations(ctx, w, p, action)
 	}
 	pool, err := openPostgres(ctx, cfg)
 	if err != nil {
@@ -132,6 +145,11 @@ func migrate(ctx context.Context, w io.Writer, cfg *config.Config, action string
 	if err != nil {
 		return err
 	}
+	return runMigrations(ctx, w, p, action)
+}
+
+// runMigrations applies (up) or lists (status) the provider's migrations.
+func runMigrations(ctx context.Context, w io.Writer, p *goose.Provider, action string) error {
 	switch action {
 	case "status":
 		st, err := p.Status(ctx)

@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/metrics"
 	"github.com/queuebox/queuebox/relay"
 	"github.com/queuebox/queuebox/router"
@@ -48,12 +48,14 @@ exits 0.`,
 type relayRuntime struct {
 	cfg     *config.Config
 	log     *slog.Logger
-	pool    *pgxpool.Pool
-	db      dialect.Dialect
+	db      *database
 	dests   map[string]destination.Destination
 	router  *router.Router
 	engine  *relay.Engine
 	metrics *metrics.Metrics
+	// stopListen ends the wake-on-commit listener (relay.notify); nil
+	// when it is off.
+	stopListen context.CancelFunc
 }
 
 // newRuntime connects to the database and every destination and builds the
@@ -69,7 +71,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 	if err != nil {
 		return nil, err
 	}
-	rt.db, rt.pool, err = openDialect(ctx, cfg)
+	rt.db, err = openDialect(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +83,12 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		rt.dests[name] = dest
 		rt.metrics.InitDestination(name)
 	}
+	// --- wake on commit (relay.notify, issue 8) ---
+	wake, err := rt.startWake(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// --- end wake on commit ---
 	rt.engine, err = relay.New(rt.db, rt.router, rt.dests, relay.Options{
 		BatchSize:       cfg.Relay.BatchSize,
 		InflightBatches: cfg.Relay.InflightBatches,
@@ -94,9 +102,15 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		},
 		ShutdownTimeout: cfg.Relay.ShutdownTimeout.D(),
 		ReapInterval:    cfg.Relay.ReapInterval.D(),
-		Logger:          log,
-		Observer:        rt.metrics,
-		Secrets:         cfg.Secrets(),
+		Breaker: relay.BreakerOptions{
+			Failures:   cfg.Relay.CircuitBreaker.Failures,
+			OpenFor:    cfg.Relay.CircuitBreaker.OpenFor.D(),
+			MaxOpenFor: cfg.Relay.CircuitBreaker.MaxOpenFor.D(),
+		},
+		Logger:   log,
+		Observer: rt.metrics,
+		Secrets:  cfg.Secrets(),
+		Wake:     wake,
 	})
 	if err != nil {
 		return nil, err
@@ -104,24 +118,63 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 	return rt, nil
 }
 
+// startWake starts the LISTEN loop of relay.notify and returns its signal
+// channel (nil when relay.notify.channel is empty). With createTrigger it
+// first installs the NOTIFY trigger. The listener lives until Close, not
+// until ctx (which only bounds the start).
+func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, error) {
+	n := rt.cfg.Relay.Notify
+	if n.Channel == "" {
+		return nil, nil
+	}
+	pg, ok := rt.db.Dialect.(*postgres.Dialect)
+	if !ok {
+		return nil, fmt.Errorf("relay.notify: wake on commit needs database.type postgresql (other databases poll)")
+	}
+	if n.CreateTrigger {
+		if err := pg.EnsureNotifyTrigger(ctx, n.Channel); err != nil {
+			return nil, fmt.Errorf("relay.notify.createTrigger: %w", err)
+		}
+	}
+	l, err := pg.NewListener(n.Channel, rt.log)
+	if err != nil {
+		return nil, fmt.Errorf("relay.notify.channel: %w", err)
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rt.stopListen = cancel
+	go func() { _ = l.Run(lctx) }()
+	rt.log.Info("wake on commit: listening", "channel", n.Channel, "trigger", n.CreateTrigger)
+	return l.C(), nil
+}
+
 // Close closes the destinations and the database. It is idempotent.
 func (rt *relayRuntime) Close() {
+	if rt.stopListen != nil {
+		rt.stopListen()
+		rt.stopListen = nil
+	}
 	for name, d := range rt.dests {
 		if err := d.Close(); err != nil {
 			rt.log.Warn("closing destination", "destination", name, "err", err)
 		}
 	}
 	rt.dests = map[string]destination.Destination{}
-	if rt.pool != nil {
-		rt.pool.Close()
-		rt.pool = nil
+	if rt.db != nil {
+		rt.db.Close()
+		rt.db = nil
 	}
 }
 
 func newRouter(cfg *config.Config) (*router.Router, error) {
 	specs := make([]router.RouteSpec, len(cfg.Routes))
 	for i, r := range cfg.Routes {
-		specs[i] = router.RouteSpec{Pattern: r.TopicPattern, Destination: r.Destination}
+		specs[i] = router.RouteSpec{
+			Pattern:     r.TopicPattern,
+			Destination: r.Destination,
+			When:        r.When,
+			Transform:   r.Transform,
+			OnError:     router.OnError(r.OnError),
+		}
 	}
 	r, err := router.New(specs)
 	if err != nil {
@@ -158,6 +211,16 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	log.Info("relay started", "table", cfg.Database.OutboxTable, "destinations", len(rt.dests), "routes", len(cfg.Routes),
 		"batch_size", cfg.Relay.BatchSize, "inflight_batches", cfg.Relay.InflightBatches, "lease", cfg.Relay.Lease.D())
 	go rt.refreshBacklog(ctx)
+	if p, ok := rt.db.Dialect.(dialect.Purger); ok && (cfg.Retention.Sent.MaxAge > 0 || cfg.Retention.Dead.MaxAge > 0) {
+		go relay.RunRetention(ctx, p, relay.RetentionOptions{
+			SentMaxAge: cfg.Retention.Sent.MaxAge.D(),
+			DeadMaxAge: cfg.Retention.Dead.MaxAge.D(),
+			Interval:   cfg.Retention.Interval.D(),
+			BatchSize:  cfg.Retention.BatchSize,
+			Logger:     log,
+			Observer:   rt.metrics,
+		})
+	}
 	err = rt.engine.Run(ctx)
 	log.Info("relay stopped")
 	if srv != nil {

@@ -68,7 +68,7 @@ func (rt *relayRuntime) ready(ctx context.Context) (bool, map[string]componentHe
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		check("database", func(ctx context.Context) error { return rt.pool.Ping(ctx) })
+		check("database", func(ctx context.Context) error { return rt.db.Ping(ctx) })
 	}()
 	for name, d := range rt.dests {
 		c, ok := d.(destination.Checker)
@@ -96,7 +96,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // refreshBacklog updates the backlog gauges every backlogInterval until ctx
 // ends.
 func (rt *relayRuntime) refreshBacklog(ctx context.Context) {
-	in, ok := rt.db.(dialect.Inspector)
+	in, ok := rt.db.Dialect.(dialect.Inspector)
 	if !ok {
 		return
 	}

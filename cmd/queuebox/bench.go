@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/queuebox/queuebox/internal/bench"
+)
+
+// newBenchCmd is `queuebox bench`: the throughput, latency and idle-cost
+// benchmark against the local PostgreSQL and NATS (see docs/benchmarks.md).
+// The logic lives in internal/bench; replicas are this binary's `run`.
+func newBenchCmd(_ *globalFlags) *cobra.Command {
+	o := bench.Defaults()
+	var (
+		replicas string
+		cases    string
+		output   string
+		quick    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure drain throughput, commit-to-ack latency and idle cost against the bare claim-publish-complete loop",
+		Long: `bench inserts rows into a fresh schema of the database queuebox_bench (created
+when missing) and drains them with the bare claim-publish-complete loop and
+with 'queuebox run' replicas of this binary, to JetStream (an embedded
+nats-server unless --nats-url) and to an in-process HTTP receiver. It
+prints relay ÷ bare for every case, commit-to-ack latency at a fixed offered
+load with and without wake on commit, CPU per 10,000 rows, peak RSS and the
+idle cost of a replica.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "table" && output != "json" {
+				return usagef("--output must be table or json, got %q", output)
+			}
+			var err error
+			if o.Replicas, err = parseInts(replicas); err != nil {
+				return usagef("--replicas: %v", err)
+			}
+			if cases != "" {
+				o.Cases = strings.Split(cases, ",")
+			}
+			if quick {
+				o = quickened(cmd, o)
+			}
+			if o.Binary, err = os.Executable(); err != nil {
+				return err
+			}
+			o.Progress = cmd.ErrOrStderr()
+			rep, err := bench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				err = rep.WriteJSON(cmd.OutOrStdout())
+			} else {
+				err = rep.WriteTable(cmd.OutOrStdout())
+			}
+			if err != nil {
+				return err
+			}
+			if rep.Failed() {
+				return bench.ErrIncomplete
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.DatabaseURL, "database-url", envOr("DATABASE_URL", o.DatabaseURL), "PostgreSQL server URL (env DATABASE_URL); the bench uses its own database on it")
+	f.StringVar(&o.Database, "database", o.Database, "database the bench creates (when missing) and works in")
+	f.StringVar(&o.NATSURL, "nats-url", "", "NATS server with JetStream; empty: an embedded nats-server on a random port")
+	f.IntVar(&o.Rows, "rows", o.Rows, "rows per drain")
+	f.IntVar(&o.Keys, "keys", o.Keys, "distinct keys of the keyed cases")
+	f.IntVar(&o.PayloadSize, "payload", o.PayloadSize, "payload bytes")
+	f.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "relay.batchSize, and the bare loop's batch")
+	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "HTTP requests in flight (relay.concurrency and the bare loop)")
+	f.StringVar(&replicas, "replicas", "1,3", "relay process counts to run, comma-separated")
+	f.StringVar(&cases, "cases", "", "comma-separated subset of: "+strings.Join(bench.AllCases, ", ")+", nats, http (default all)")
+	f.IntVar(&o.Rate, "rate", o.Rate, "offered load of the latency case, rows/s")
+	f.DurationVar(&o.Duration, "duration", o.Duration, "length of the latency case")
+	f.DurationVar(&o.IdleWindow, "idle-window", o.IdleWindow, "idle cost measurement window")
+	f.BoolVar(&quick, "quick", false, "a smoke run: 5,000 rows, 100 keys, 3s latency and idle windows (explicit flags win)")
+	f.StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+// quickened applies --quick to the options the user did not set.
+func quickened(cmd *cobra.Command, o bench.Options) bench.Options {
+	q := bench.Quick(o)
+	f := cmd.Flags()
+	if !f.Changed("rows") {
+		o.Rows = q.Rows
+	}
+	if !f.Changed("keys") {
+		o.Keys = q.Keys
+	}
+	if !f.Changed("duration") {
+		o.Duration = q.Duration
+	}
+	if !f.Changed("idle-window") {
+		o.IdleWindow = q.IdleWindow
+	}
+	return o
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,185 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Wake on commit. A Listener holds one dedicated connection (outside the
+// pool) that LISTENs on a channel and turns every notification into a
+// non-blocking signal on C: bursts of notifications collapse into one
+// pending signal, so a busy producer never blocks or floods the relay. The
+// relay's polling stays the safety net: a notification lost while the
+// connection was down costs one poll interval, and after every reconnect
+// the listener signals once, because rows may have been committed while
+// nobody listened.
+
+//go:embed notify/trigger.sql
+var notifyTriggerSQL string
+
+// Listener backoff between reconnects.
+const (
+	listenMinBackoff = 100 * time.Millisecond
+	listenMaxBackoff = 5 * time.Second
+)
+
+// Listener LISTENs on a PostgreSQL channel. Create it with
+// Dialect.NewListener and run it with Run.
+type Listener struct {
+	cfg     *pgx.ConnConfig
+	channel string
+	c       chan struct{}
+	log     *slog.Logger
+}
+
+// NewListener returns a Listener on channel that connects with the same
+// settings as the dialect's pool.
+func (d *Dialect) NewListener(channel string, log *slog.Logger) (*Listener, error) {
+	if err := validChannel(channel); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := d.pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = "queuebox-listen"
+	return &Listener{cfg: cfg, channel: channel, c: make(chan struct{}, 1), log: log.With("channel", channel)}, nil
+}
+
+func validChannel(channel string) error {
+	switch {
+	case channel == "":
+		return errors.New("postgres: notify channel is empty")
+	case len(channel) > maxIdentLen:
+		return fmt.Errorf("postgres: notify channel %q is longer than %d bytes", channel, maxIdentLen)
+	}
+	return nil
+}
+
+// C delivers a signal whenever rows may have been committed. It has a
+// buffer of one: signals that arrive while one is pending are merged.
+func (l *Listener) C() <-chan struct{} { return l.c }
+
+func (l *Listener) signal() {
+	select {
+	case l.c <- struct{}{}:
+	default:
+	}
+}
+
+// Run listens until ctx ends, reconnecting with backoff when the
+// connection fails. It returns nil when ctx ends.
+func (l *Listener) Run(ctx context.Context) error {
+	wait := listenMinBackoff
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := l.listen(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) > time.Minute {
+			wait = listenMinBackoff // it ran fine for a while: start over
+		}
+		l.log.Warn("LISTEN connection failed; reconnecting (polling continues meanwhile)", "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		wait = min(wait*2, listenMaxBackoff)
+	}
+	return nil
+}
+
+// listen runs one connection until it fails or ctx ends.
+func (l *Listener) listen(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, l.cfg)
+	if err != nil {
+		return interpretError("listen", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+QuoteIdent(l.channel)); err != nil {
+		return interpretError("listen", err)
+	}
+	l.log.Debug("listening for commits")
+	l.signal() // rows committed while nobody listened
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return interpretError("listen", err)
+		}
+		l.signal()
+	}
+}
+
+// EnsureNotifyTrigger installs, when missing, the statement-level AFTER
+// INSERT trigger that sends NOTIFY channel for every inserting statement
+// on the outbox table (see notify/trigger.sql). It is idempotent and safe
+// to run from several relays at once. The function is named after the
+// table (<table>_qb_notify) and created in the table's schema; a changed
+// channel replaces the function.
+func (d *Dialect) EnsureNotifyTrigger(ctx context.Context, channel string) error {
+	if err := validChannel(channel); err != nil {
+		return err
+	}
+	name := d.mapping.TableName() + "_qb_notify"
+	if len(name) > maxIdentLen {
+		return fmt.Errorf("postgres: notify trigger name %q is longer than %d bytes (shorten the table name or create the trigger yourself)", name, maxIdentLen)
+	}
+	fn := QuoteIdent(name)
+	if s := d.mapping.Schema(); s != "" {
+		fn = QuoteIdent(s) + "." + fn
+	}
+	tmpl, err := template.New("notify").Option("missingkey=error").Parse(notifyTriggerSQL)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, struct{ Function, Channel string }{fn, quoteLiteral(channel)}); err != nil {
+		return err
+	}
+	table := d.mapping.Table(QuoteIdent)
+	h := fnv.New64a()
+	h.Write([]byte("queuebox-notify-trigger:" + table))
+	lockKey := int64(h.Sum64())
+
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return interpretError("notify_trigger", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey); err != nil {
+		return interpretError("notify_trigger", err)
+	}
+	if _, err := tx.Exec(ctx, b.String()); err != nil {
+		return interpretError("notify_trigger", err)
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = $2)", table, name).Scan(&exists); err != nil {
+		return interpretError("notify_trigger", err)
+	}
+	if !exists {
+		ddl := "CREATE TRIGGER " + QuoteIdent(name) + " AFTER INSERT ON " + table + " FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "()"
+		if _, err := tx.Exec(ctx, ddl); err != nil {
+			return interpretError("notify_trigger", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return interpretError("notify_trigger", err)
+	}
+	return nil
+}

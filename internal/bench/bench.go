@@ -1,0 +1,524 @@
+// Package bench is `queuebox bench`: it measures the relay against the bare
+// claim–publish–complete loop on the same machine, in the same invocation,
+// and reports relay ÷ bare for every case (the tracked figure; absolute
+// numbers vary between runs on shared machines), commit-to-ack latency at a
+// fixed offered load with and without wake-on-commit, CPU per 10,000 rows,
+// peak RSS and the idle cost of a replica. See docs/benchmarks.md.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Options configure a run. Zero values take the defaults of Defaults.
+type Options struct {
+	DatabaseURL string // server URL; the bench uses database Database on it
+	Database    string // created when missing (default queuebox_bench)
+	NATSURL     string // "" = an embedded nats-server on a random port
+	Binary      string // the queuebox binary started for relay replicas
+
+	Rows        int   // rows per drain (100,000)
+	Keys        int   // keys of the keyed variant (1,000)
+	PayloadSize int   // bytes (200)
+	BatchSize   int   // relay.batchSize and the bare loop's batch (1,000)
+	Concurrency int   // HTTP requests in flight, relay and bare (16)
+	Replicas    []int // relay processes per drain ({1, 3})
+	Cases       []string
+
+	Rate       int           // offered load of the latency case, rows/s (2,000)
+	Duration   time.Duration // of the latency case (10s)
+	IdleWindow time.Duration // idle cost measurement (10s, after 4s to settle)
+	Timeout    time.Duration // per drain (5m)
+
+	Progress io.Writer // progress lines; nil = none
+}
+
+// Defaults returns the default options (the full run of `make bench`).
+func Defaults() Options {
+	return Options{
+		DatabaseURL: "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
+		Database:    "queuebox_bench",
+		Rows:        100_000,
+		Keys:        1_000,
+		PayloadSize: 200,
+		BatchSize:   1_000,
+		Concurrency: 16,
+		Replicas:    []int{1, 3},
+		Rate:        2_000,
+		Duration:    10 * time.Second,
+		IdleWindow:  10 * time.Second,
+		Timeout:     5 * time.Minute,
+	}
+}
+
+// Quick shrinks o to a smoke run.
+func Quick(o Options) Options {
+	o.Rows = 5_000
+	o.Keys = 100
+	o.Duration = 3 * time.Second
+	o.IdleWindow = 3 * time.Second
+	return o
+}
+
+// AllCases are the case names --cases filters on.
+var AllCases = []string{"nats-keyed", "nats-unkeyed", "http-keyed", "http-unkeyed", "latency"}
+
+func (o *Options) want(name string) bool {
+	if len(o.Cases) == 0 {
+		return true
+	}
+	for _, c := range o.Cases {
+		if c == name || strings.HasPrefix(name, c+"-") || (c == "nats" || c == "http") && strings.HasPrefix(name, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// Report is the outcome of a run; it is what --output json prints.
+type Report struct {
+	Machine   Machine   `json:"machine"`
+	Rows      int       `json:"rows"`
+	Keys      int       `json:"keys"`
+	BatchSize int       `json:"batchSize"`
+	Payload   int       `json:"payloadBytes"`
+	Drains    []Drain   `json:"drains"`
+	Latency   []Latency `json:"latency"`
+	Started   time.Time `json:"started"`
+	Elapsed   string    `json:"elapsed"`
+}
+
+// Machine describes where the figures come from.
+type Machine struct {
+	CPUs       int    `json:"cpus"`
+	CPU        string `json:"cpu"`
+	GOOS       string `json:"goos"`
+	Go         string `json:"go"`
+	PostgreSQL string `json:"postgresql"`
+	NATS       string `json:"nats"`
+}
+
+// Drain is one case: a destination, keyed or not, the bare loop and the
+// relay at each replica count.
+type Drain struct {
+	Case     string     `json:"case"`
+	Dest     string     `json:"destination"`
+	Keyed    bool       `json:"keyed"`
+	Rows     int        `json:"rows"`
+	Bare     float64    `json:"bareRowsPerSec"`
+	Relay    []RelayRun `json:"relay"`
+	BareErr  string     `json:"bareError,omitempty"`
+	Warnings []string   `json:"warnings,omitempty"`
+}
+
+// RelayRun is the relay with Replicas processes on one case.
+type RelayRun struct {
+	Replicas      int     `json:"replicas"`
+	RowsPerSec    float64 `json:"rowsPerSec"`
+	Ratio         float64 `json:"ratio"` // RowsPerSec ÷ bare
+	CPUPer10k     float64 `json:"cpuSecondsPer10kRows"`
+	PeakRSSMiB    float64 `json:"peakRssMiB"` // the largest replica's VmHWM
+	IdleQPS       float64 `json:"idleQueriesPerSecPerReplica"`
+	IdleCPU       float64 `json:"idleCpuPercentPerReplica"`
+	Duplicates    int     `json:"duplicates"`
+	Error         string  `json:"error,omitempty"`
+	DrainSeconds  float64 `json:"drainSeconds"`
+	StartupMillis float64 `json:"startupMillis"`
+}
+
+// Latency is commit-to-ack at a fixed offered load.
+type Latency struct {
+	Wake      bool    `json:"wakeOnCommit"`
+	Offered   int     `json:"offeredRowsPerSec"`
+	Achieved  float64 `json:"achievedRowsPerSec"`
+	Rows      int     `json:"rows"`
+	P50       float64 `json:"p50ms"`
+	P95       float64 `json:"p95ms"`
+	P99       float64 `json:"p99ms"`
+	Max       float64 `json:"maxms"`
+	IdleQPS   float64 `json:"idleQueriesPerSec"`
+	IdleCPU   float64 `json:"idleCpuPercent"`
+	Error     string  `json:"error,omitempty"`
+	Delivered int     `json:"delivered"`
+}
+
+func (o *Options) say(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+func (o *Options) fill() {
+	d := Defaults()
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = d.DatabaseURL
+	}
+	if o.Database == "" {
+		o.Database = d.Database
+	}
+	if o.Rows <= 0 {
+		o.Rows = d.Rows
+	}
+	if o.Keys <= 0 {
+		o.Keys = d.Keys
+	}
+	if o.PayloadSize <= 0 {
+		o.PayloadSize = d.PayloadSize
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = d.BatchSize
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = d.Concurrency
+	}
+	if len(o.Replicas) == 0 {
+		o.Replicas = d.Replicas
+	}
+	if o.Rate <= 0 {
+		o.Rate = d.Rate
+	}
+	if o.Duration <= 0 {
+		o.Duration = d.Duration
+	}
+	if o.IdleWindow <= 0 {
+		o.IdleWindow = d.IdleWindow
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = d.Timeout
+	}
+}
+
+// Run runs every selected case and returns the report. A case that fails
+// is recorded in the report (Error) and the run goes on; Run fails only
+// when the services cannot be reached.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o.fill()
+	if o.Binary == "" {
+		return nil, errNoBinary
+	}
+	for _, c := range o.Cases {
+		if !slices.Contains(AllCases, c) && c != "nats" && c != "http" {
+			return nil, fmt.Errorf("bench: unknown case %q (want one of %s, nats, http)", c, strings.Join(AllCases, ", "))
+		}
+	}
+	w, err := openWorld(ctx, &o)
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	rep := &Report{Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Payload: o.PayloadSize, Started: time.Now()}
+	rep.Machine = machine(ctx, w)
+	tmp, err := os.MkdirTemp("", "queuebox-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+
+	for _, dest := range []string{"nats", "http"} {
+		for _, keyed := range []bool{true, false} {
+			name := dest + "-" + map[bool]string{true: "keyed", false: "unkeyed"}[keyed]
+			if !o.want(name) {
+				continue
+			}
+			d := Drain{Case: name, Dest: dest, Keyed: keyed, Rows: o.Rows}
+			o.say("== %s: %d rows, batch %d", name, o.Rows, o.BatchSize)
+			bare, err := runBare(ctx, w, &o, dest, keyed)
+			if err != nil {
+				d.BareErr = err.Error()
+				o.say("   bare loop failed: %v", err)
+			} else {
+				d.Bare = bare
+				o.say("   bare loop      %8.0f rows/s", bare)
+			}
+			for _, n := range o.Replicas {
+				rr := runRelay(ctx, w, &o, tmp, dest, keyed, n)
+				if d.Bare > 0 {
+					rr.Ratio = rr.RowsPerSec / d.Bare
+				}
+				if rr.Error != "" {
+					o.say("   relay ×%d failed: %s", n, rr.Error)
+				} else {
+					o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  rss %.0f MiB  idle %.1f q/s %.1f%% cpu",
+						n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
+				}
+				d.Relay = append(d.Relay, rr)
+			}
+			rep.Drains = append(rep.Drains, d)
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+		}
+	}
+	if o.want("latency") {
+		for _, wake := range []bool{false, true} {
+			o.say("== latency: %d rows/s for %s, wake on commit %v", o.Rate, o.Duration, wake)
+			l := runLatency(ctx, w, &o, tmp, wake)
+			if l.Error != "" {
+				o.say("   failed: %s", l.Error)
+			} else {
+				o.say("   p50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms (%d rows)", l.P50, l.P95, l.P99, l.Max, l.Rows)
+			}
+			rep.Latency = append(rep.Latency, l)
+		}
+	}
+	rep.Elapsed = time.Since(rep.Started).Round(time.Second).String()
+	return rep, nil
+}
+
+func machine(ctx context.Context, w *world) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GOOS: runtime.GOOS + "/" + runtime.GOARCH, Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				if i := strings.IndexByte(l, ':'); i > 0 {
+					m.CPU = strings.TrimSpace(l[i+1:])
+				}
+				break
+			}
+		}
+	}
+	_ = w.admin.QueryRow(ctx, "SHOW server_version").Scan(&m.PostgreSQL)
+	m.NATS = w.nc.ConnectedServerVersion()
+	if w.ns != nil {
+		m.NATS += " (embedded)"
+	}
+	return m
+}
+
+// topicFor returns a fresh topic (= NATS subject) for one run.
+func topicFor() string { return "qbb." + randomHex(6) }
+
+func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	s, err := w.newSchema(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer s.close()
+	topic := topicFor()
+	if err := s.insert(ctx, topic, o.Rows, keysOf(o, keyed), o.PayloadSize); err != nil {
+		return 0, err
+	}
+	var publish publishFunc
+	switch dest {
+	case "nats":
+		st, err := w.stream(ctx, topic)
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = w.js.DeleteStream(context.WithoutCancel(ctx), st.CachedInfo().Config.Name) }()
+		publish = barePublishNATS(w.js, topic)
+	case "http":
+		r := newReceipts(o.Rows)
+		w.hook.set(r)
+		defer w.hook.set(nil)
+		publish = barePublishHTTP(httpClient(o.Concurrency), w.hookURL+"/hooks/"+topic, o.Concurrency)
+	}
+	start := time.Now()
+	n, err := bareLoop(ctx, s, keyed, o.BatchSize, publish)
+	elapsed := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if n != o.Rows {
+		return 0, fmt.Errorf("bare loop sent %d of %d rows", n, o.Rows)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+func keysOf(o *Options, keyed bool) int {
+	if keyed {
+		return o.Keys
+	}
+	return 0
+}
+
+func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed bool, replicas int) (rr RelayRun) {
+	rr.Replicas = replicas
+	fail := func(err error) RelayRun { rr.Error = err.Error(); return rr }
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	s, err := w.newSchema(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer s.close()
+	topic := topicFor()
+	if err := s.insert(ctx, topic, o.Rows, keysOf(o, keyed), o.PayloadSize); err != nil {
+		return fail(err)
+	}
+	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, Dest: dest,
+		NATSURL: w.natsURL, Subject: topic, HookURL: w.hookURL + "/hooks/{{ topic }}"}
+	var wait func() (time.Time, error)
+	switch dest {
+	case "nats":
+		st, err := w.stream(ctx, topic)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Stream = st.CachedInfo().Config.Name
+		defer func() { _ = w.js.DeleteStream(context.WithoutCancel(ctx), cfg.Stream) }()
+		wait = func() (time.Time, error) { return waitStream(ctx, st, o.Rows) }
+	case "http":
+		r := newReceipts(o.Rows)
+		w.hook.set(r)
+		defer w.hook.set(nil)
+		wait = func() (time.Time, error) {
+			select {
+			case <-r.done:
+				return r.doneAt, nil
+			case <-ctx.Done():
+				return time.Time{}, fmt.Errorf("receiver has %d of %d rows: %w", r.count(), o.Rows, ctx.Err())
+			}
+		}
+		defer func() { rr.Duplicates = r.dupes }()
+	}
+	spawn := time.Now()
+	reps, err := startReplicas(ctx, o.Binary, tmp, cfg, replicas)
+	if err != nil {
+		return fail(err)
+	}
+	defer stopReplicas(reps)
+	start := reps[0].startAt
+	for _, r := range reps[1:] {
+		if r.startAt.Before(start) {
+			start = r.startAt
+		}
+	}
+	rr.StartupMillis = float64(start.Sub(spawn).Microseconds()) / 1000
+	before := procAll(reps)
+	doneAt, err := wait()
+	if err != nil {
+		for _, r := range reps {
+			if p := r.problems(); len(p) > 0 {
+				err = fmt.Errorf("%w; relay log: %s", err, strings.Join(p, " | "))
+				break
+			}
+		}
+		return fail(err)
+	}
+	after := procAll(reps)
+	rr.DrainSeconds = doneAt.Sub(start).Seconds()
+	rr.RowsPerSec = float64(o.Rows) / rr.DrainSeconds
+	var cpu time.Duration
+	for i := range reps {
+		cpu += after[i].cpu - before[i].cpu
+		rr.PeakRSSMiB = max(rr.PeakRSSMiB, float64(after[i].hwmKiB)/1024)
+	}
+	rr.CPUPer10k = cpu.Seconds() / float64(o.Rows) * 10_000
+
+	// All rows are acked; wait until they are marked sent, then measure
+	// what the idle replicas cost.
+	if err := waitSettled(ctx, s); err != nil {
+		return fail(err)
+	}
+	rr.IdleQPS, rr.IdleCPU, err = idleCost(ctx, w, o, reps)
+	if err != nil {
+		return fail(err)
+	}
+	return rr
+}
+
+// waitSettled waits until no row is pending or processing.
+func waitSettled(ctx context.Context, s *schema) error {
+	for {
+		n, err := s.unfinished(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d rows still pending or processing: %w", n, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// idleCost lets the replicas settle into idle polling, then measures the
+// bench database's committed transactions (every relay statement is one)
+// and the replicas' CPU over o.IdleWindow. Nothing else uses the bench
+// database meanwhile. Returns per-replica queries/s and CPU percent.
+func idleCost(ctx context.Context, w *world, o *Options, reps []*replica) (qps, cpuPct float64, err error) {
+	settle := 4 * time.Second
+	if o.IdleWindow < 5*time.Second {
+		settle = 2 * time.Second
+	}
+	if !sleepCtx(ctx, settle) {
+		return 0, 0, ctx.Err()
+	}
+	x0, err := w.xactCommits(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	p0 := procAll(reps)
+	t0 := time.Now()
+	if !sleepCtx(ctx, o.IdleWindow) {
+		return 0, 0, ctx.Err()
+	}
+	// pg_stat_database is flushed by each backend at most once a second:
+	// give the last second's counts time to land, in the numerator only.
+	p1 := procAll(reps)
+	el := time.Since(t0).Seconds()
+	if !sleepCtx(ctx, 1100*time.Millisecond) {
+		return 0, 0, ctx.Err()
+	}
+	x1, err := w.xactCommits(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	var cpu time.Duration
+	for i := range reps {
+		cpu += p1[i].cpu - p0[i].cpu
+	}
+	n := float64(len(reps))
+	// The xactCommits query runs on the maintenance database, not the
+	// bench one: nothing to subtract. Each read may lag by up to a second
+	// of counts; over the reads' own interval the lags cancel out.
+	return float64(x1-x0) / (el + 1.1) / n, cpu.Seconds() / el / n * 100, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ErrIncomplete marks a report with failed cases.
+var ErrIncomplete = errors.New("bench: some cases failed")
+
+// Failed reports whether any case of r failed.
+func (r *Report) Failed() bool {
+	for _, d := range r.Drains {
+		if d.BareErr != "" {
+			return true
+		}
+		for _, rr := range d.Relay {
+			if rr.Error != "" {
+				return true
+			}
+		}
+	}
+	for _, l := range r.Latency {
+		if l.Error != "" {
+			return true
+		}
+	}
+	return false
+}

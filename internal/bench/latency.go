@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+)
+
+// latencyProducers write the offered load side by side, one row per
+// transaction.
+const latencyProducers = 8
+
+// runLatency offers o.Rate rows/s for o.Duration to one relay (NATS, keyed)
+// and measures commit-to-ack at the receiver: the time a core NATS
+// subscription on the stream's subject sees the message, minus the time the
+// producer's COMMIT returned. With wake, the relay runs with relay.notify
+// (LISTEN/NOTIFY and the opt-in trigger); without, it polls.
+func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool) (l Latency) {
+	l.Wake, l.Offered = wake, o.Rate
+	fail := func(err error) Latency { l.Error = err.Error(); return l }
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	s, err := w.newSchema(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer s.close()
+	topic := topicFor()
+	st, err := w.stream(ctx, topic)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = w.js.DeleteStream(context.WithoutCancel(ctx), st.CachedInfo().Config.Name) }()
+
+	total := int(float64(o.Rate) * o.Duration.Seconds())
+	recv := newReceipts(total)
+	sub, err := w.nc.Subscribe(topic, func(m *nats.Msg) {
+		recv.add(m.Header.Get("Nats-Msg-Id"), time.Now())
+	})
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := w.nc.Flush(); err != nil {
+		return fail(err)
+	}
+
+	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, Dest: "nats",
+		NATSURL: w.natsURL, Subject: topic, Stream: st.CachedInfo().Config.Name}
+	if wake {
+		cfg.Notify = "qbb_" + randomHex(4)
+	}
+	reps, err := startReplicas(ctx, o.Binary, tmp, cfg, 1)
+	if err != nil {
+		return fail(err)
+	}
+	defer stopReplicas(reps)
+	// Idle cost of this configuration (empty table).
+	l.IdleQPS, l.IdleCPU, err = idleCost(ctx, w, o, reps)
+	if err != nil {
+		return fail(err)
+	}
+
+	// The offered load: row i is due at start + i/rate.
+	var (
+		mu        sync.Mutex
+		committed = make(map[string]time.Time, total)
+		errOnce   sync.Once
+		prodErr   error
+	)
+	body := payload(o.PayloadSize)
+	keys := max(o.Keys, 1)
+	next := make(chan int)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for p := 0; p < latencyProducers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				due := start.Add(time.Duration(float64(i) / float64(o.Rate) * float64(time.Second)))
+				if d := time.Until(due); d > 0 {
+					time.Sleep(d)
+				}
+				id := uuid.NewString()
+				_, err := s.pool.Exec(ctx, "INSERT INTO outbox (id, topic, key, payload) VALUES ($1, $2, $3, $4)",
+					id, topic, fmt.Sprintf("k%d", i%keys), body)
+				at := time.Now()
+				if err != nil {
+					errOnce.Do(func() { prodErr = err })
+					continue
+				}
+				mu.Lock()
+				committed[id] = at
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < total && ctx.Err() == nil; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	l.Achieved = float64(len(committed)) / time.Since(start).Seconds()
+	if prodErr != nil {
+		return fail(fmt.Errorf("producer: %w", prodErr))
+	}
+	select {
+	case <-recv.done:
+	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	}
+	recv.mu.Lock()
+	lat := make([]float64, 0, len(committed))
+	for id, c := range committed {
+		if r, ok := recv.seen[id]; ok {
+			lat = append(lat, max(float64(r.Sub(c).Microseconds())/1000, 0))
+		}
+	}
+	recv.mu.Unlock()
+	l.Rows, l.Delivered = len(committed), len(lat)
+	if len(lat) < len(committed) {
+		return fail(fmt.Errorf("%d of %d rows arrived", len(lat), len(committed)))
+	}
+	slices.Sort(lat)
+	l.P50, l.P95, l.P99, l.Max = pct(lat, 50), pct(lat, 95), pct(lat, 99), lat[len(lat)-1]
+	return l
+}
+
+func pct(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p / 100)
+	return sorted[i]
+}

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// replica is one `queuebox run` process.
+type replica struct {
+	cmd     *exec.Cmd
+	started chan struct{} // closed at the "relay started" log line
+	startAt time.Time
+	exited  chan struct{}
+	waitErr error
+
+	mu   sync.Mutex
+	tail []string // last lines of its log, for errors
+}
+
+// relayConfig is the YAML of one relay run.
+type relayConfig struct {
+	DatabaseURL string
+	BatchSize   int
+	Concurrency int
+	Dest        string // nats | http
+	NATSURL     string
+	Subject     string
+	Stream      string
+	HookURL     string
+	Notify      string // channel; "" = poll
+}
+
+func (c relayConfig) yaml() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "database:\n  type: postgresql\n  url: %q\n  outboxTable: outbox\n", c.DatabaseURL)
+	fmt.Fprintf(&b, "relay:\n  batchSize: %d\n  concurrency: %d\n", c.BatchSize, c.Concurrency)
+	if c.Notify != "" {
+		fmt.Fprintf(&b, "  notify: {channel: %q, createTrigger: true}\n", c.Notify)
+	}
+	b.WriteString("server:\n  listen: \"\"\nlog:\n  level: info\n  format: text\n")
+	switch c.Dest {
+	case "nats":
+		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: nats\n    servers: [%q]\n    subject: %q\n    stream: %q\n", c.NATSURL, c.Subject, c.Stream)
+	case "http":
+		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: http\n    url: %q\n    timeout: 30s\n", c.HookURL)
+	}
+	b.WriteString("routes:\n  - topicPattern: \"**\"\n    destination: bench\n")
+	return b.String()
+}
+
+// startReplicas writes the config and starts n `queuebox run` processes.
+func startReplicas(ctx context.Context, binary, dir string, cfg relayConfig, n int) ([]*replica, error) {
+	path := filepath.Join(dir, "queuebox-bench-"+randomHex(4)+".yaml")
+	if err := os.WriteFile(path, []byte(cfg.yaml()), 0o600); err != nil {
+		return nil, err
+	}
+	var reps []*replica
+	for i := 0; i < n; i++ {
+		r := &replica{started: make(chan struct{}), exited: make(chan struct{})}
+		r.cmd = exec.Command(binary, "run", "--config", path)
+		stderr, err := r.cmd.StderrPipe()
+		if err != nil {
+			stopReplicas(reps)
+			return nil, err
+		}
+		if err := r.cmd.Start(); err != nil {
+			stopReplicas(reps)
+			return nil, fmt.Errorf("bench: start %s run: %w", binary, err)
+		}
+		go r.scan(stderr)
+		reps = append(reps, r)
+	}
+	for _, r := range reps {
+		select {
+		case <-r.started:
+		case <-r.exited:
+			stopReplicas(reps)
+			return nil, fmt.Errorf("bench: relay exited at start (%v): %s", r.waitErr, r.lastLines())
+		case <-time.After(30 * time.Second):
+			stopReplicas(reps)
+			return nil, fmt.Errorf("bench: relay did not start within 30s: %s", r.lastLines())
+		case <-ctx.Done():
+			stopReplicas(reps)
+			return nil, ctx.Err()
+		}
+	}
+	return reps, nil
+}
+
+func (r *replica) scan(stderr interface{ Read([]byte) (int, error) }) {
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	once := sync.Once{}
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, "relay started") {
+			once.Do(func() { r.startAt = time.Now(); close(r.started) })
+		}
+		r.mu.Lock()
+		r.tail = append(r.tail, line)
+		if len(r.tail) > 20 {
+			r.tail = r.tail[len(r.tail)-20:]
+		}
+		r.mu.Unlock()
+	}
+	r.waitErr = r.cmd.Wait()
+	close(r.exited)
+}
+
+func (r *replica) lastLines() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.tail, "\n")
+}
+
+// warnings returns the log lines of level WARN or ERROR kept in the tail.
+func (r *replica) problems() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, l := range r.tail {
+		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// stopReplicas sends SIGTERM and waits for each process (SIGKILL after 15s).
+func stopReplicas(reps []*replica) {
+	for _, r := range reps {
+		if r.cmd.Process != nil {
+			_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, r := range reps {
+		select {
+		case <-r.exited:
+		case <-time.After(15 * time.Second):
+			_ = r.cmd.Process.Kill()
+			<-r.exited
+		}
+	}
+}
+
+// procStat is what /proc tells about a process.
+type procStat struct {
+	cpu     time.Duration // user + system
+	hwmKiB  int64         // VmHWM: peak resident set
+	rssKiB  int64
+	present bool
+}
+
+var clockTicks = 100.0 // USER_HZ; 100 on every Linux this runs on
+
+func readProc(pid int) procStat {
+	var st procStat
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st
+	}
+	// Fields after the command name (which may hold spaces) in parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return st
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 13 {
+		return st
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	stt, _ := strconv.ParseFloat(f[12], 64)
+	st.cpu = time.Duration((ut + stt) / clockTicks * float64(time.Second))
+	st.present = true
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st
+	}
+	for _, line := range strings.Split(string(s), "\n") {
+		switch {
+		case strings.HasPrefix(line, "VmHWM:"):
+			st.hwmKiB = kib(line)
+		case strings.HasPrefix(line, "VmRSS:"):
+			st.rssKiB = kib(line)
+		}
+	}
+	return st
+}
+
+func kib(line string) int64 {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[1], 10, 64)
+	return n
+}
+
+func procAll(reps []*replica) []procStat {
+	out := make([]procStat, len(reps))
+	for i, r := range reps {
+		out[i] = readProc(r.cmd.Process.Pid)
+	}
+	return out
+}
+
+var errNoBinary = errors.New("bench: no queuebox binary to run replicas (Options.Binary)")

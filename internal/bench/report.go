@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON writes r as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes r as readable tables.
+func (r *Report) WriteTable(w io.Writer) error {
+	m := r.Machine
+	fmt.Fprintf(w, "queuebox bench — %d rows, %d keys (keyed cases), payload %d B, batch %d\n", r.Rows, r.Keys, r.Payload, r.BatchSize)
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s, PostgreSQL %s, NATS %s; elapsed %s\n\n", m.CPUs, m.CPU, m.GOOS, m.Go, m.PostgreSQL, m.NATS, r.Elapsed)
+	if len(r.Drains) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "case\tbare rows/s\treplicas\trelay rows/s\trelay ÷ bare\tCPU s/10k rows\tpeak RSS MiB\tidle q/s/replica\tidle CPU %/replica\t")
+		for _, d := range r.Drains {
+			bare := fmt.Sprintf("%.0f", d.Bare)
+			if d.BareErr != "" {
+				bare = "FAILED"
+			}
+			for i, rr := range d.Relay {
+				name, b := d.Case, bare
+				if i > 0 {
+					name, b = "", ""
+				}
+				if rr.Error != "" {
+					fmt.Fprintf(tw, "%s\t%s\t%d\tFAILED\t\t\t\t\t\t\n", name, b, rr.Replicas)
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t%.2f\t\n",
+					name, b, rr.Replicas, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
+			}
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	if len(r.Latency) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "commit-to-ack\toffered rows/s\twritten rows/s\trows\tp50 ms\tp95 ms\tp99 ms\tmax ms\tidle q/s\tidle CPU %\t")
+		for _, l := range r.Latency {
+			mode := "polling"
+			if l.Wake {
+				mode = "wake on commit"
+			}
+			if l.Error != "" {
+				fmt.Fprintf(tw, "%s\t%d\tFAILED\t\t\t\t\t\t\t\t\n", mode, l.Offered)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t\n", mode, l.Offered, l.Achieved, l.Rows, l.P50, l.P95, l.P99, l.Max, l.IdleQPS, l.IdleCPU)
+		}
+		tw.Flush()
+	}
+	var errs []string
+	for _, d := range r.Drains {
+		if d.BareErr != "" {
+			errs = append(errs, d.Case+" bare: "+d.BareErr)
+		}
+		for _, rr := range d.Relay {
+			if rr.Error != "" {
+				errs = append(errs, fmt.Sprintf("%s relay ×%d: %s", d.Case, rr.Replicas, rr.Error))
+			}
+		}
+	}
+	for _, l := range r.Latency {
+		if l.Error != "" {
+			errs = append(errs, fmt.Sprintf("latency (wake %v): %s", l.Wake, l.Error))
+		}
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "\nfailures:\n  %s\n", strings.Join(errs, "\n  "))
+	}
+	return nil
+}
