@@ -230,7 +230,13 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
 func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
 	token := uuid.NewString()
 	start := time.Now()
-	msgs, err := e.db.Claim(ctx, dialect.ClaimParams{Token: token, Limit: e.opt.BatchSize, Lease: e.opt.Lease})
+	// The claim is not cancelled by shutdown: a claim the server committed
+	// but whose answer was dropped would leave rows processing until their
+	// lease expired. A claimed batch is then delivered within the shutdown
+	// window like any other.
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
+	msgs, err := e.db.Claim(claimCtx, dialect.ClaimParams{Token: token, Limit: e.opt.BatchSize, Lease: e.opt.Lease})
+	cancel()
 	e.obs.Claimed(len(msgs), time.Since(start), err)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)

@@ -1,4 +1,6 @@
 // Package router decides where a row goes: topic patterns matched in order
-// (first match wins) and address templates rendered from the row. It
-// imports the standard library (and expr, for expression routes) only.
+// (first match wins), optional expressions per route (a when: filter and a
+// transform: of the delivered body, compiled with expr-lang/expr; see
+// docs/routing.md) and address templates rendered from the row. It imports
+// the standard library and expr only.
 package router
