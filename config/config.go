@@ -250,6 +250,9 @@ func (c *Config) Secrets() []string {
 			add(urlPassword(s))
 		}
 		add(d.Token)
+		if d.SASL != nil {
+			add(d.SASL.Password)
+		}
 		if d.Auth != nil {
 			add(d.Auth.Bearer)
 			add(d.Auth.Password)
@@ -314,6 +317,13 @@ func (c *Config) Redacted() *Config {
 		d.StreamSubjects = append([]string(nil), d.StreamSubjects...)
 		if d.Token != "" {
 			d.Token = redactedPlaceholder
+		}
+		if d.SASL != nil {
+			sa := *d.SASL
+			if sa.Password != "" {
+				sa.Password = redactedPlaceholder
+			}
+			d.SASL = &sa
 		}
 		if d.Auth != nil {
 			a := *d.Auth

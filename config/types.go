@@ -125,12 +125,19 @@ type Destination struct {
 	Topic     string   `yaml:"topic"`
 	TopicFrom string   `yaml:"topicFrom"`
 	Key       string   `yaml:"key"`
+	// SASL authenticates to the brokers (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
+	SASL *SASL `yaml:"sasl"`
+	// CreateTopics lets the brokers create a missing topic on first use.
+	CreateTopics bool `yaml:"createTopics"`
 
 	// amqp
 	Exchange     string `yaml:"exchange"`
 	ExchangeFrom string `yaml:"exchangeFrom"`
 	ExchangeType string `yaml:"exchangeType"`
 	RoutingKey   string `yaml:"routingKey"`
+	// DeclareExchange declares each exchange (durable, exchangeType) before
+	// publishing to it; off, the exchange must exist.
+	DeclareExchange bool `yaml:"declareExchange"`
 
 	// tls, for every type that supports it
 	TLS *TLS `yaml:"tls"`
@@ -141,6 +148,13 @@ type Auth struct {
 	Bearer   string `yaml:"bearer"`
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
+}
+
+// SASL is Kafka SASL authentication.
+type SASL struct {
+	Mechanism string `yaml:"mechanism"` // PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password"`
 }
 
 // TLS configures a client TLS connection.

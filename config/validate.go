@@ -186,8 +186,8 @@ var (
 	typeKeys   = map[string][]string{
 		"nats":  {"servers", "subject", "subjectFrom", "stream", "createStream", "streamSubjects", "credsFile", "token", "maxPending"},
 		"http":  {"url", "headers", "auth"},
-		"kafka": {"brokers", "topic", "topicFrom", "key"},
-		"amqp":  {"url", "exchange", "exchangeFrom", "exchangeType", "routingKey"},
+		"kafka": {"brokers", "topic", "topicFrom", "key", "sasl", "createTopics"},
+		"amqp":  {"url", "exchange", "exchangeFrom", "exchangeType", "routingKey", "declareExchange"},
 	}
 	reservedHeaders = []string{"X-Message-Id", "Idempotency-Key", "X-Topic", "X-Attempt", "X-Message-Key", "Content-Type"}
 	headerName      = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
@@ -259,6 +259,12 @@ func (v *validator) destinations() {
 			}
 			v.address(p, "topic", d.Topic, "topicFrom", d.TopicFrom)
 			v.template(p+".key", d.Key, false)
+			if d.SASL != nil {
+				v.oneOf(p+".sasl.mechanism", d.SASL.Mechanism, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+				if d.SASL.Username == "" {
+					v.fail(p+".sasl.username", "required")
+				}
+			}
 		case "amqp":
 			if d.URL == "" {
 				v.fail(p+".url", "required")

@@ -2,14 +2,47 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/destination"
+	amqpdest "github.com/queuebox/queuebox/destination/amqp"
 	httpdest "github.com/queuebox/queuebox/destination/http"
+	kafkadest "github.com/queuebox/queuebox/destination/kafka"
 	natsdest "github.com/queuebox/queuebox/destination/nats"
 )
+
+// tlsConfig builds a client TLS configuration from the config's tls block;
+// nil means the library's default (system roots, or no TLS for plain URLs).
+func tlsConfig(t *config.TLS) (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
+	tc := &tls.Config{InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // the user's explicit choice
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.caFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.caFile %s: no PEM certificate found", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.certFile/keyFile: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
 
 // openDestination builds the destination of one config entry: an explicit
 // switch on its type, the only place that knows the concrete adapters.
@@ -51,6 +84,38 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			o.TLS = &httpdest.TLS{CAFile: d.TLS.CAFile, CertFile: d.TLS.CertFile, KeyFile: d.TLS.KeyFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify}
 		}
 		return httpdest.New(ctx, o, log)
+	case "kafka":
+		tc, err := tlsConfig(d.TLS)
+		if err != nil {
+			return nil, err
+		}
+		o := kafkadest.Options{
+			Name:         name,
+			Brokers:      d.Brokers,
+			Topic:        d.AddressTemplate(),
+			Key:          d.Key,
+			TLS:          tc,
+			CreateTopics: d.CreateTopics,
+			WriteTimeout: d.Timeout.D(),
+		}
+		if d.SASL != nil {
+			o.SASL = &kafkadest.SASL{Mechanism: d.SASL.Mechanism, Username: d.SASL.Username, Password: d.SASL.Password}
+		}
+		return kafkadest.New(o, log)
+	case "amqp":
+		tc, err := tlsConfig(d.TLS)
+		if err != nil {
+			return nil, err
+		}
+		return amqpdest.New(ctx, amqpdest.Options{
+			Name:            name,
+			URL:             d.URL,
+			Exchange:        d.AddressTemplate(),
+			RoutingKey:      d.RoutingKey,
+			ExchangeType:    d.ExchangeType,
+			DeclareExchange: d.DeclareExchange,
+			TLS:             tc,
+		}, log)
 	default:
 		return nil, fmt.Errorf("destination type %q is not supported by this build", d.Type)
 	}

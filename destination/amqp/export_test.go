@@ -1,0 +1,13 @@
+package amqp
+
+import (
+	"context"
+	"log/slog"
+	"net"
+)
+
+// NewWithDial is New with the TCP dial replaced, so that a test can cut the
+// connection under the destination.
+func NewWithDial(ctx context.Context, opts Options, log *slog.Logger, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*Destination, error) {
+	return newDestination(ctx, opts, log, dial)
+}
