@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/dialect"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.bad.yaml.err from the current output")
@@ -79,7 +81,7 @@ func TestGoodConfig(t *testing.T) {
 			Type:        "postgresql",
 			URL:         "postgres://queuebox:secret@127.0.0.1:5432/queuebox?sslmode=disable",
 			OutboxTable: "messaging.outbox",
-			Columns:     map[string]string{"aggregate_type": "kind"},
+			Columns:     map[string]string{"aggregateType": "kind"},
 			States:      map[string]string{"dead": "failed"},
 			MaxConns:    8,
 		},
@@ -87,7 +89,7 @@ func TestGoodConfig(t *testing.T) {
 			BatchSize: 50, Concurrency: 8, InflightBatches: 3,
 			PollInterval: Duration(250 * time.Millisecond), Lease: Duration(time.Minute), MaxAttempts: 7,
 			Backoff:         Backoff{Base: Duration(500 * time.Millisecond), Max: Duration(2 * time.Minute), Jitter: 0.1},
-			ShutdownTimeout: Duration(20 * time.Second), ReapInterval: Duration(5 * time.Second), OnDead: "hold",
+			ShutdownTimeout: Duration(20 * time.Second), ReapInterval: Duration(5 * time.Second), OnDead: "hold", ClaimMode: "auto",
 			CircuitBreaker: Breaker{Failures: 5, OpenFor: Duration(5 * time.Second), MaxOpenFor: Duration(time.Minute)},
 		},
 		Server: Server{Listen: "0.0.0.0:9091"},
@@ -540,5 +542,39 @@ routes:
 	// ones (an empty when: is an error).
 	if s := cfg.String(); !strings.Contains(s, "transform: payload.order") || strings.Contains(s, `when: ""`) {
 		t.Errorf("String() =\n%s", s)
+	}
+}
+
+// TestLogicalColumnsMatchDialect keeps the config's list of logical column
+// names in step with the dialect's.
+func TestLogicalColumnsMatchDialect(t *testing.T) {
+	t.Parallel()
+	if got, want := strings.Join(logicalColumns, ","), strings.Join(dialect.LogicalColumns(), ","); got != want {
+		t.Fatalf("config logicalColumns = %s\ndialect.LogicalColumns() = %s", got, want)
+	}
+	for _, c := range requiredColumns {
+		if !dialect.Required(c) {
+			t.Errorf("config says %s is required, the dialect does not", c)
+		}
+	}
+}
+
+// TestAbsentColumns: a column mapped to null, ~ or "" is absent; a required
+// one cannot be; processing may be absent.
+func TestAbsentColumns(t *testing.T) {
+	t.Parallel()
+	withDB := func(extra string) []byte {
+		return []byte(strings.Replace(minimal, "  url: postgres://u:pw@db/app\n", "  url: postgres://u:pw@db/app\n"+extra, 1))
+	}
+	cfg, err := Parse(withDB("  columns: {headers: null, aggregate_type: ~, key: \"\", id: event_id}\n  states: {processing: ~}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"headers": "", "aggregateType": "", "key": "", "id": "event_id"}
+	if !reflect.DeepEqual(cfg.Database.Columns, want) {
+		t.Fatalf("columns = %v, want %v", cfg.Database.Columns, want)
+	}
+	if _, err := Parse(withDB("  columns: {topic: null}\n"), nil); err == nil || !strings.Contains(err.Error(), "database.columns.topic") {
+		t.Fatalf("absent topic: err = %v", err)
 	}
 }

@@ -40,8 +40,16 @@ type Relay struct {
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	ReapInterval    Duration `yaml:"reapInterval"` // how often expired leases are released
 	OnDead          string   `yaml:"onDead"`       // release | hold
-	Notify          Notify   `yaml:"notify"`       // wake on commit (PostgreSQL LISTEN/NOTIFY)
-	CircuitBreaker  Breaker  `yaml:"circuitBreaker"`
+	// ClaimMode is how rows are claimed: lease (an UPDATE to processing
+	// under a renewed lease), lock (FOR UPDATE SKIP LOCKED in a transaction
+	// held while the batch is published, for tables without lease columns)
+	// or auto (lease when the table can hold a lease). docs/adopting.md.
+	ClaimMode string `yaml:"claimMode"`
+	// LockTimeout bounds how long a lock-mode batch holds its rows locked
+	// (its transaction); 0 means relay.lease.
+	LockTimeout    Duration `yaml:"lockTimeout"`
+	Notify         Notify   `yaml:"notify"` // wake on commit (PostgreSQL LISTEN/NOTIFY)
+	CircuitBreaker Breaker  `yaml:"circuitBreaker"`
 }
 
 // Breaker configures the per-destination circuit breaker: after Failures

@@ -77,9 +77,15 @@ func (v *validator) oneOf(path, val string, allowed ...string) bool {
 }
 
 var (
-	identifier      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	tableName       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
-	logicalColumns  = []string{"id", "topic", "key", "payload", "headers", "aggregate_type", "state", "attempt", "max_attempts", "scheduled_at", "created_at", "updated_at", "claimed_at", "lease_expires_at", "claim_token", "last_error", "sequence"}
+	identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	tableName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+	// logicalColumns are dialect.LogicalColumns() (config_test checks it).
+	logicalColumns = []string{"aggregateType", "attempt", "claimToken", "claimedAt", "createdAt", "headers", "heldAt", "id", "key", "lastError", "leaseExpiresAt", "maxAttempts", "payload", "scheduledAt", "sentAt", "sequence", "state", "topic", "updatedAt"}
+	columnAliases  = map[string]string{"aggregate_type": "aggregateType", "max_attempts": "maxAttempts", "scheduled_at": "scheduledAt",
+		"created_at": "createdAt", "updated_at": "updatedAt", "claimed_at": "claimedAt", "lease_expires_at": "leaseExpiresAt",
+		"claim_token": "claimToken", "last_error": "lastError", "sent_at": "sentAt", "held_at": "heldAt"}
+	// requiredColumns cannot be declared absent (dialect.Required).
+	requiredColumns = []string{"id", "payload", "sequence", "state", "topic"}
 	logicalStates   = []string{"pending", "processing", "sent", "dead"}
 	destinationType = []string{"nats", "http", "kafka", "amqp"}
 )
@@ -97,12 +103,31 @@ func (v *validator) database() {
 		v.fail("database.maxConns", "must be 0 (derived) or positive, got %d", db.MaxConns)
 	}
 	for _, k := range sortedKeys(db.Columns) {
+		// snake_case spellings (aggregate_type) are accepted for the
+		// camelCase logical names the dialects use.
+		camel, alias := columnAliases[k]
+		if !alias {
+			continue
+		}
+		if _, both := db.Columns[camel]; both {
+			v.fail("database.columns."+k, "names the same logical column as %s; keep one", camel)
+			continue
+		}
+		db.Columns[camel] = db.Columns[k]
+		delete(db.Columns, k)
+	}
+	for _, k := range sortedKeys(db.Columns) {
 		p := "database.columns." + k
 		if !slices.Contains(logicalColumns, k) {
 			v.fail(p, "unknown column%s (known: %s)", didYouMean(k, logicalColumns), strings.Join(logicalColumns, ", "))
 			continue
 		}
-		if !identifier.MatchString(db.Columns[k]) {
+		switch {
+		case db.Columns[k] == "" && slices.Contains(requiredColumns, k):
+			v.fail(p, "the relay cannot work without a %s column; map it to an existing column", k)
+		case db.Columns[k] == "":
+			// Declared absent (null, ~ or ""): see docs/adopting.md.
+		case !identifier.MatchString(db.Columns[k]):
 			v.fail(p, "must be a column name of letters, digits and _, got %q", db.Columns[k])
 		}
 	}
@@ -114,6 +139,9 @@ func (v *validator) database() {
 			continue
 		}
 		val := db.States[k]
+		if val == "" && k == "processing" {
+			continue // declared absent: lock mode (docs/adopting.md)
+		}
 		if val == "" {
 			v.fail(p, "must not be empty")
 			continue
@@ -156,6 +184,10 @@ func (v *validator) relay() {
 		v.fail("relay.backoff.jitter", "must be between 0 and 1, got %v", j)
 	}
 	v.oneOf("relay.onDead", r.OnDead, "release", "hold")
+	v.oneOf("relay.claimMode", r.ClaimMode, "auto", "lease", "lock")
+	if r.LockTimeout < 0 {
+		v.fail("relay.lockTimeout", "must be 0 (relay.lease) or positive, got %v", r.LockTimeout.D())
+	}
 	v.positive("relay.circuitBreaker.failures", r.CircuitBreaker.Failures)
 	v.positiveDuration("relay.circuitBreaker.openFor", r.CircuitBreaker.OpenFor)
 	v.positiveDuration("relay.circuitBreaker.maxOpenFor", r.CircuitBreaker.MaxOpenFor)

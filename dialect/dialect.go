@@ -99,3 +99,16 @@ type ReleaseParams struct {
 type ReleaseExpiredParams struct {
 	Limit int
 }
+
+// BatchCommitter is implemented by dialects whose claim holds a batch open
+// until the engine is done with it: lock mode (docs/adopting.md), where the
+// claim locks the rows in a transaction that stays open while the batch is
+// published and the settling writes run inside it. The engine calls Commit
+// once for every non-empty claimed batch, after its settling writes; the
+// dialect commits them, or rolls everything back if any earlier step of the
+// batch failed (the rows then stay pending, nothing marked, and are
+// delivered again with the same ids). A Commit error means the outcomes
+// were not recorded.
+type BatchCommitter interface {
+	Commit(ctx context.Context, token string) error
+}

@@ -63,6 +63,18 @@ var defaultColumns = map[string]string{
 // optionalColumns are logical columns a mapping may leave out.
 var optionalColumns = map[string]bool{ColSentAt: true}
 
+// requiredColumns are the logical columns no table can do without: a
+// mapping may rename them but not declare them absent. Every other column
+// may be absent (mapped to "" in database.columns); see Absent and
+// docs/adopting.md for what the relay does without each.
+var requiredColumns = map[string]bool{ColID: true, ColTopic: true, ColPayload: true, ColState: true, ColSequence: true}
+
+// Required reports whether a logical column must exist in every table.
+func Required(logical string) bool { return requiredColumns[logical] }
+
+// LeaseColumns are the columns lease mode needs besides a processing state.
+var LeaseColumns = []string{ColClaimToken, ColClaimedAt, ColLeaseExpiresAt}
+
 // DefaultTable is the bundled table's name.
 const DefaultTable = "outbox"
 
@@ -82,6 +94,10 @@ type Mapping struct {
 	table   string            // table name
 	columns map[string]string // logical -> physical
 	states  map[outbox.State]string
+	// explicit holds the logical columns and states the configuration
+	// named (renamed or declared absent), as opposed to defaults.
+	explicit map[string]bool
+	absent   map[string]bool // logical columns declared absent
 }
 
 // DefaultMapping is the bundled table: outbox with the contract's columns and
@@ -102,7 +118,9 @@ func DefaultMapping() Mapping {
 // logical columns on one physical column, is an error.
 func NewMapping(table string, columns, states map[string]string) (Mapping, error) {
 	m := Mapping{
-		columns: make(map[string]string, len(defaultColumns)+1),
+		explicit: map[string]bool{},
+		absent:   map[string]bool{},
+		columns:  make(map[string]string, len(defaultColumns)+1),
 		states: map[outbox.State]string{
 			outbox.StatePending:    string(outbox.StatePending),
 			outbox.StateProcessing: string(outbox.StateProcessing),
@@ -136,6 +154,16 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 		if _, known := defaultColumns[logical]; !known && !optionalColumns[logical] {
 			return Mapping{}, fmt.Errorf("columns: unknown logical column %q%s", logical, suggest(logical, logicalColumns()))
 		}
+		m.explicit[logical] = true
+		if physical == "" || physical == "~" {
+			// Declared absent: the table has no such column.
+			if requiredColumns[logical] {
+				return Mapping{}, fmt.Errorf("columns.%s: the relay cannot work without a %s column; map it to an existing column%s", logical, logical, requiredHint(logical))
+			}
+			delete(m.columns, logical)
+			m.absent[logical] = true
+			continue
+		}
 		if err := validIdent(physical); err != nil {
 			return Mapping{}, fmt.Errorf("columns.%s: %w", logical, err)
 		}
@@ -144,7 +172,8 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 	seen := make(map[string]string, len(m.columns))
 	for _, logical := range sortedKeys(m.columns) {
 		physical := strings.ToLower(m.columns[logical])
-		if other, dup := seen[physical]; dup {
+		if other, dup := seen[physical]; dup && !(other == ColID && logical == ColSequence) {
+			// (a monotonic id may serve as the sequence too: sequence: id)
 			return Mapping{}, fmt.Errorf("columns: %s and %s both map to column %q", other, logical, m.columns[logical])
 		}
 		seen[physical] = logical
@@ -157,6 +186,13 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 		if _, ok := m.states[s]; !ok {
 			return Mapping{}, fmt.Errorf("states: unknown state %q%s", logical, suggest(logical, known))
 		}
+		m.explicit["state:"+logical] = true
+		if value == "" && s == outbox.StateProcessing {
+			// The table has no processing value (a CHECK constraint, say):
+			// only lock mode can claim its rows.
+			m.states[s] = ""
+			continue
+		}
 		if value == "" || strings.ContainsRune(value, 0) || len(value) > 255 {
 			return Mapping{}, fmt.Errorf("states.%s: %q is not a usable stored value", logical, value)
 		}
@@ -164,12 +200,62 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 	}
 	values := make(map[string]outbox.State, 4)
 	for _, s := range []outbox.State{outbox.StatePending, outbox.StateProcessing, outbox.StateSent, outbox.StateDead} {
+		if m.states[s] == "" {
+			continue
+		}
 		if other, dup := values[m.states[s]]; dup {
 			return Mapping{}, fmt.Errorf("states: %s and %s both stored as %q", other, s, m.states[s])
 		}
 		values[m.states[s]] = s
 	}
 	return m, nil
+}
+
+func requiredHint(logical string) string {
+	if logical == ColSequence {
+		return " (a monotonic column such as a BIGSERIAL id serves: sequence: id)"
+	}
+	return ""
+}
+
+// Explicit reports whether the configuration named the logical column
+// (renamed it or declared it absent), as opposed to taking the bundled
+// table's default name.
+func (m Mapping) Explicit(logical string) bool { return m.explicit[logical] }
+
+// Adopted reports whether the mapping describes an existing table of
+// another shape (a table name other than outbox, or any column or state
+// named), as opposed to the bundled table, which must have every column.
+func (m Mapping) Adopted() bool { return m.table != DefaultTable || len(m.explicit) > 0 }
+
+// ExplicitState reports whether the configuration named the state's value.
+func (m Mapping) ExplicitState(s outbox.State) bool { return m.explicit["state:"+string(s)] }
+
+// Absent reports whether the logical column was declared absent.
+func (m Mapping) Absent(logical string) bool { return m.absent[logical] }
+
+// HasState reports whether the table has a value for the state (only
+// processing may be absent).
+func (m Mapping) HasState(s outbox.State) bool { return m.states[s] != "" }
+
+// Without returns a copy of m in which the given optional logical columns
+// are absent, for a table found at start to lack them. Required columns
+// are refused.
+func (m Mapping) Without(logical ...string) (Mapping, error) {
+	out := m
+	out.columns = m.Columns()
+	out.absent = make(map[string]bool, len(m.absent)+len(logical))
+	for k, v := range m.absent {
+		out.absent[k] = v
+	}
+	for _, l := range logical {
+		if requiredColumns[l] {
+			return Mapping{}, fmt.Errorf("column %s is required", l)
+		}
+		delete(out.columns, l)
+		out.absent[l] = true
+	}
+	return out, nil
 }
 
 // Schema is the table's schema, or "" when the table name is unqualified

@@ -14,6 +14,13 @@ type SchemaReport struct {
 	TableExists bool            //
 	Problems    []SchemaProblem // empty when the table can be relayed as mapped
 	Advice      []SchemaProblem // not errors: indexes or columns that would help
+	// Mode is the claim mode the relay will use ("lease" or "lock"; "" when
+	// the dialect has only one), and ModeReason why.
+	Mode       string
+	ModeReason string
+	// Notes are informational: optional columns the table lacks and what
+	// the relay does without them.
+	Notes []string
 }
 
 // SchemaProblem is one thing the table lacks, with the statement that would

@@ -307,6 +307,15 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 	// without spending an attempt.
 	shutdownCut := ctx.Err() != nil && pubCtx.Err() != nil
 	e.settle(log, token, outcomes, shutdownCut)
+	if c, ok := e.db.(dialect.BatchCommitter); ok {
+		// Lock mode: the settling writes become visible only now.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
+		err := c.Commit(cctx, token)
+		cancel()
+		if err != nil {
+			log.Error("batch not committed: its rows stay pending and are delivered again (same ids)", "token", token, "rows", len(msgs), "err", err)
+		}
+	}
 }
 
 // shutdownContext returns a context that ends ShutdownTimeout after ctx

@@ -59,11 +59,25 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	db, err := openDialect(cctx, cfg)
-	if err != nil {
+	var se *schemaError
+	if errors.As(err, &se) {
+		// The table cannot be relayed as configured: say how and why.
+		report(true, "database reachable")
+		printPlan(w, &se.plan)
+		for _, p := range se.plan.Problems {
+			report(false, "table %s: %s", se.table, p.What)
+			fix(p.Fix)
+		}
+		for _, a := range se.plan.Advice {
+			fmt.Fprintf(w, "note  table %s: %s\n", se.table, a.What)
+			fix(a.Fix)
+		}
+	} else if err != nil {
 		report(false, "database: %s", redact.String(err.Error(), secrets...))
 	} else {
 		defer db.Close()
 		report(true, "database %s reachable", db)
+		printPlan(w, db.plan)
 		if sc, ok := db.Dialect.(dialect.SchemaChecker); ok {
 			rep, err := sc.CheckSchema(cctx)
 			switch {

@@ -81,9 +81,10 @@ func describeDBError(pc *pgxpool.Config, err error, url string) error {
 // description without secrets, Close).
 type database struct {
 	dialect.Dialect
-	pool *pgxpool.Pool // PostgreSQL
-	sql  *sql.DB       // SQL Server
-	desc string        // host:port/database as user, never the password
+	pool *pgxpool.Pool       // PostgreSQL
+	sql  *sql.DB             // SQL Server
+	desc string              // host:port/database as user, never the password
+	plan *postgres.TablePlan // PostgreSQL: how the table is used (claim mode, absent columns)
 }
 
 // Ping checks that the database answers.
@@ -96,6 +97,9 @@ func (d *database) Ping(ctx context.Context) error {
 
 // Close closes the connections. It is idempotent.
 func (d *database) Close() {
+	if l, ok := d.Dialect.(*postgres.LockDialect); ok {
+		l.Close()
+	}
 	if d.pool != nil {
 		d.pool.Close()
 	}
@@ -120,13 +124,13 @@ func openDialect(ctx context.Context, cfg *config.Config) (*database, error) {
 		if err != nil {
 			return nil, err
 		}
-		d, err := postgres.New(pool, m, postgres.WithHoldDeadKeys(cfg.Relay.OnDead == "hold"))
+		d, plan, err := openPostgresDialect(ctx, pool, m, cfg)
 		if err != nil {
 			pool.Close()
 			return nil, err
 		}
 		cc := pool.Config().ConnConfig
-		return &database{Dialect: d, pool: pool, desc: fmt.Sprintf("postgresql %s/%s as %s", net.JoinHostPort(cc.Host, fmt.Sprint(cc.Port)), cc.Database, cc.User)}, nil
+		return &database{Dialect: d, pool: pool, plan: plan, desc: fmt.Sprintf("postgresql %s/%s as %s", net.JoinHostPort(cc.Host, fmt.Sprint(cc.Port)), cc.Database, cc.User)}, nil
 	case "sqlserver":
 		if cfg.Relay.OnDead == "hold" {
 			return nil, errors.New("relay.onDead: hold is not supported on SQL Server yet (use release)")

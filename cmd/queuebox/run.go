@@ -75,6 +75,12 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 	if err != nil {
 		return nil, err
 	}
+	if mode, notes := describePlan(rt.db.plan); mode != "" {
+		log.Info("outbox table: "+mode, "table", cfg.Database.OutboxTable)
+		for _, n := range notes {
+			log.Info("outbox table: "+n, "table", cfg.Database.OutboxTable)
+		}
+	}
 	for name, d := range cfg.Destinations {
 		dest, err := openDestination(ctx, name, d, cfg, log)
 		if err != nil {
@@ -128,6 +134,9 @@ func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, error) 
 		return nil, nil
 	}
 	pg, ok := rt.db.Dialect.(*postgres.Dialect)
+	if l, isLock := rt.db.Dialect.(*postgres.LockDialect); isLock {
+		pg, ok = l.Dialect, true
+	}
 	if !ok {
 		return nil, fmt.Errorf("relay.notify: wake on commit needs database.type postgresql (other databases poll)")
 	}

@@ -167,7 +167,9 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 		return 0, err
 	}
 	var ids []string
-	if len(p.IDs) > 0 {
+	if len(p.IDs) > 0 && d.opts.idType != "" && d.opts.idType != "uuid" {
+		ids = p.IDs // checked by the database's cast to the id type
+	} else if len(p.IDs) > 0 {
 		ids = make([]string, len(p.IDs))
 		for i, id := range p.IDs {
 			u, err := uuid.Parse(id)

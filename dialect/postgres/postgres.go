@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -40,13 +41,38 @@ type Dialect struct {
 	mapping dialect.Mapping
 	opts    options
 	queries map[string]string
+
+	// The unbounded claim's backoff (see Claim).
+	scanMu    sync.Mutex
+	scanAfter time.Time
+	scanWait  time.Duration
+	inflight  map[string]int // claimed rows not yet settled, by claim token
 }
+
+// The bounded claim (docs/claim.md, "Bounding the candidate scan").
+const (
+	// claimWindowEnabled switches the bounded claim on (false: every claim
+	// is the unbounded one, as before issue 8).
+	claimWindowEnabled = true
+	claimWindowQuery   = "claim#window"
+	// claimWindowFactor × the batch size is the window, in sequence
+	// numbers from the first due pending row, that the bounded claim
+	// considers; at least claimWindowMin.
+	claimWindowFactor = 4
+	claimWindowMin    = 1000
+	// After an unbounded claim that came back short (it walked every
+	// pending row), the next one waits this long, doubling up to the max.
+	fullScanMinWait = time.Second
+	fullScanMaxWait = 30 * time.Second
+)
 
 // Option changes how New renders the SQL.
 type Option func(*options)
 
 type options struct {
-	hold bool
+	hold   bool
+	idType string // SQL type of the id column for casts (WithIDType); "" = uuid
+	lock   bool   // lock mode (NewLockMode): the lease-only queries are not rendered
 }
 
 // WithHoldDeadKeys renders the SQL for relay.onDead: hold when hold is true:
@@ -70,6 +96,11 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 	if err != nil {
 		return nil, err
 	}
+	windowed, err := render(m, true, opts...)
+	if err != nil {
+		return nil, err
+	}
+	queries[claimWindowQuery] = windowed["claim"]
 	return &Dialect{pool: pool, mapping: m, opts: o, queries: queries}, nil
 }
 
@@ -107,6 +138,12 @@ func quoteLiteral(s string) string {
 // runs once; it is exported for `queuebox migrate sql`-style inspection and
 // for tests.
 func Render(m dialect.Mapping, opts ...Option) (map[string]string, error) {
+	return render(m, false, opts...)
+}
+
+// render is Render; window renders the bounded claim variant (claim.sql
+// with .Window) in place of the plain one.
+func render(m dialect.Mapping, window bool, opts ...Option) (map[string]string, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -120,28 +157,16 @@ func Render(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 		return nil, errors.New("postgres: empty mapping (use dialect.DefaultMapping or dialect.NewMapping)")
 	}
 	data := struct {
-		Table string
-		Hold  bool
-	}{Table: m.Table(QuoteIdent), Hold: o.hold}
-	funcs := template.FuncMap{
-		"col": func(logical string) (string, error) {
-			c, ok := m.Column(logical)
-			if !ok {
-				return "", fmt.Errorf("column %q is not mapped", logical)
-			}
-			return QuoteIdent(c), nil
-		},
-		"has": m.Has,
-		"state": func(s string) (string, error) {
-			v := m.State(outbox.State(s))
-			if v == "" {
-				return "", fmt.Errorf("unknown state %q", s)
-			}
-			return quoteLiteral(v), nil
-		},
-	}
+		Table  string
+		Hold   bool
+		Window bool
+	}{Table: m.Table(QuoteIdent), Hold: o.hold, Window: window}
+	funcs := templateFuncs(m, o)
 	out := make(map[string]string, len(dialect.QueryNames()))
 	for _, name := range QueryNames() {
+		if o.lock && leaseOnly[name] {
+			continue // lock mode runs sql/lock/ instead (lock.go)
+		}
 		src, err := sqlFiles.ReadFile(path.Join("sql", name+".sql"))
 		if err != nil {
 			return nil, err
@@ -177,7 +202,88 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if p.Lease <= 0 {
 		return nil, errors.New("postgres: claim: lease must be positive")
 	}
-	rows, err := d.pool.Query(ctx, d.queries["claim"], p.Token, p.Limit, micros(p.Lease))
+	if !claimWindowEnabled {
+		msgs, err := d.claim(ctx, d.queries["claim"], p, 0)
+		d.track(p.Token, len(msgs))
+		return msgs, err
+	}
+	window := int64(max(claimWindowFactor*p.Limit, claimWindowMin))
+	msgs, err := d.claim(ctx, d.queries[claimWindowQuery], p, window)
+	if err != nil || len(msgs) > 0 || !d.fullScanDue() {
+		d.track(p.Token, len(msgs))
+		return msgs, err
+	}
+	// The window came back empty. Rows beyond it may be ready while the
+	// window holds only rows of keys whose head is in flight or waiting
+	// for a retry: look at the whole backlog, unless the last look found
+	// it barren (then it costs a walk over every pending row, so it is
+	// rate-limited).
+	msgs, err = d.claim(ctx, d.queries["claim"], p, 0)
+	if err == nil {
+		d.fullScanDone(len(msgs) == p.Limit)
+		d.track(p.Token, len(msgs))
+	}
+	return msgs, err
+}
+
+// track counts n rows claimed (n > 0) or settled (n < 0) under token. It
+// is a hint for fullScanDue: while rows of this process are in flight, an
+// empty window is explained by their keys and a full scan would find
+// nothing new.
+func (d *Dialect) track(token string, n int) {
+	if n == 0 {
+		return
+	}
+	d.scanMu.Lock()
+	defer d.scanMu.Unlock()
+	if d.inflight == nil {
+		d.inflight = map[string]int{}
+	}
+	if c := d.inflight[token] + n; c > 0 {
+		d.inflight[token] = c
+	} else {
+		delete(d.inflight, token)
+	}
+}
+
+func compareMessages(a, b outbox.Message) int {
+	if a.Sequence != b.Sequence {
+		if a.Sequence < b.Sequence {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// fullScanDue reports whether an unbounded claim may run now.
+func (d *Dialect) fullScanDue() bool {
+	d.scanMu.Lock()
+	defer d.scanMu.Unlock()
+	return len(d.inflight) == 0 && !time.Now().Before(d.scanAfter)
+}
+
+// fullScanDone records an unbounded claim: a full one (it stopped at its
+// limit, cheaply) resets the backoff, a short one (it walked the whole
+// backlog) doubles it.
+func (d *Dialect) fullScanDone(full bool) {
+	d.scanMu.Lock()
+	defer d.scanMu.Unlock()
+	if full {
+		d.scanWait, d.scanAfter = 0, time.Time{}
+		return
+	}
+	d.scanWait = min(max(2*d.scanWait, fullScanMinWait), fullScanMaxWait)
+	d.scanAfter = time.Now().Add(d.scanWait)
+}
+
+// claim runs one claim query (window > 0: the bounded one).
+func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams, window int64) ([]outbox.Message, error) {
+	args := []any{p.Token, p.Limit, micros(p.Lease)}
+	if window > 0 {
+		args = append(args, window)
+	}
+	rows, err := d.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}
@@ -207,15 +313,7 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 		return nil, interpretError("claim", err)
 	}
 	// RETURNING follows the UPDATE's join order, not the CTE's ORDER BY.
-	slices.SortFunc(msgs, func(a, b outbox.Message) int {
-		if a.Sequence != b.Sequence {
-			if a.Sequence < b.Sequence {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	slices.SortFunc(msgs, compareMessages)
 	return msgs, nil
 }
 
@@ -263,6 +361,7 @@ func (d *Dialect) Complete(ctx context.Context, p dialect.CompleteParams) (int64
 	if len(p.IDs) == 0 {
 		return 0, nil
 	}
+	d.track(p.Token, -len(p.IDs))
 	return d.exec(ctx, "complete", p.Token, p.IDs)
 }
 
@@ -278,6 +377,7 @@ func (d *Dialect) Retry(ctx context.Context, p dialect.RetryParams) (int64, erro
 	for i, it := range p.Items {
 		ids[i], attempts[i], delays[i], errs[i] = it.ID, int32(it.Attempt), micros(max(it.Delay, 0)), it.Error
 	}
+	d.track(p.Token, -len(p.Items))
 	return d.exec(ctx, "retry", p.Token, ids, attempts, delays, errs)
 }
 
@@ -292,6 +392,7 @@ func (d *Dialect) Dead(ctx context.Context, p dialect.DeadParams) (int64, error)
 	for i, it := range p.Items {
 		ids[i], attempts[i], errs[i] = it.ID, int32(it.Attempt), it.Error
 	}
+	d.track(p.Token, -len(p.Items))
 	return d.exec(ctx, "dead", p.Token, ids, attempts, errs)
 }
 
@@ -300,6 +401,7 @@ func (d *Dialect) Release(ctx context.Context, p dialect.ReleaseParams) (int64, 
 	if len(p.IDs) == 0 {
 		return 0, nil
 	}
+	d.track(p.Token, -len(p.IDs))
 	return d.exec(ctx, "release", p.Token, p.IDs)
 }
 

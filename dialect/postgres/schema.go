@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/queuebox/queuebox/dialect"
@@ -41,10 +40,6 @@ var columnSpecs = map[string]columnSpec{
 	dialect.ColHeldAt:         {[]string{"timestamp with time zone"}, "TIMESTAMPTZ"},
 }
 
-// optionalForCheck are logical columns whose absence is not a problem for
-// the delivery path.
-var optionalForCheck = map[string]bool{dialect.ColSentAt: true, dialect.ColHeldAt: true}
-
 // indexSpec is an index the claim or the reaper relies on.
 type indexSpec struct {
 	name    string
@@ -58,68 +53,25 @@ type indexSpec struct {
 func (d *Dialect) CheckSchema(ctx context.Context) (dialect.SchemaReport, error) {
 	m := d.mapping
 	rep := dialect.SchemaReport{Table: m.Table(func(s string) string { return s })}
+	mode := ModeLease
+	if d.opts.lock {
+		mode = ModeLock
+	}
+	plan, err := ResolveTable(ctx, d.pool, m, mode, d.opts.hold)
+	if err != nil {
+		return rep, err
+	}
+	rep.TableExists, rep.Problems, rep.Advice, rep.Notes = plan.Exists, plan.Problems, plan.Advice, plan.Notes
+	rep.Mode, rep.ModeReason = plan.Mode, plan.Why
+	if len(rep.Problems) > 0 {
+		return rep, nil
+	}
 	schemaExpr := "current_schema()"
 	args := []any{m.TableName()}
 	if m.Schema() != "" {
 		schemaExpr = "$2"
 		args = append(args, m.Schema())
 	}
-	rows, err := d.pool.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
-		WHERE table_name = $1 AND table_schema = `+schemaExpr, args...)
-	if err != nil {
-		return rep, interpretError("check schema", err)
-	}
-	cols := map[string]string{}
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			rows.Close()
-			return rep, interpretError("check schema", err)
-		}
-		cols[name] = typ
-	}
-	if err := rows.Err(); err != nil {
-		return rep, interpretError("check schema", err)
-	}
-	table := m.Table(QuoteIdent)
-	if len(cols) == 0 {
-		fix := "queuebox migrate --config <file>"
-		if m.TableName() != dialect.DefaultTable {
-			fix = "create the table, or point database.outboxTable at the existing one"
-		}
-		rep.Problems = append(rep.Problems, dialect.SchemaProblem{What: fmt.Sprintf("table %s does not exist (or is not visible to this user)", rep.Table), Fix: fix})
-		return rep, nil
-	}
-	rep.TableExists = true
-
-	logical := make([]string, 0, len(m.Columns()))
-	for l := range m.Columns() {
-		logical = append(logical, l)
-	}
-	sort.Strings(logical)
-	for _, l := range logical {
-		phys, _ := m.Column(l)
-		spec, known := columnSpecs[l]
-		typ, ok := cols[phys]
-		switch {
-		case !ok && optionalForCheck[l]:
-			rep.Advice = append(rep.Advice, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("optional column %s (%s) is missing", phys, l),
-				Fix:  fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", table, QuoteIdent(phys), spec.ddl)})
-		case !ok:
-			rep.Problems = append(rep.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("column %s (%s) is missing", phys, l),
-				Fix:  fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", table, QuoteIdent(phys), spec.ddl)})
-		case known && !contains(spec.types, typ):
-			rep.Problems = append(rep.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("column %s (%s) has type %s; want %s", phys, l, typ, strings.Join(spec.types, " or ")),
-				Fix:  fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s;", table, QuoteIdent(phys), strings.Fields(spec.ddl)[0], QuoteIdent(phys), strings.Fields(spec.ddl)[0])})
-		}
-	}
-	if len(rep.Problems) > 0 {
-		return rep, nil
-	}
-
 	missing, err := d.missingIndexes(ctx, args, schemaExpr)
 	if err != nil {
 		return rep, err
@@ -137,10 +89,19 @@ func (d *Dialect) missingIndexes(ctx context.Context, args []any, schemaExpr str
 	specs := []indexSpec{
 		{"claim", []string{col(dialect.ColSequence)}, fmt.Sprintf("%s = %s", QuoteIdent(col(dialect.ColState)), st("pending")),
 			"the claim's ordered scan of pending rows"},
-		{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s IN (%s, %s)", QuoteIdent(col(dialect.ColState)), st("pending"), st("processing")),
-			"the head-of-key probe"},
-		{"processing", []string{col(dialect.ColClaimedAt)}, fmt.Sprintf("%s = %s", QuoteIdent(col(dialect.ColState)), st("processing")),
-			"the expired-lease reaper"},
+	}
+	switch {
+	case !m.Has(dialect.ColKey):
+	case d.opts.lock:
+		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s = %s", QuoteIdent(col(dialect.ColState)), st("pending")),
+			"the head-of-key probe"})
+	default:
+		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s IN (%s, %s)", QuoteIdent(col(dialect.ColState)), st("pending"), st("processing")),
+			"the head-of-key probe"})
+	}
+	if !d.opts.lock {
+		specs = append(specs, indexSpec{"processing", []string{col(dialect.ColClaimedAt)}, fmt.Sprintf("%s = %s", QuoteIdent(col(dialect.ColState)), st("processing")),
+			"the expired-lease reaper"})
 	}
 	rows, err := d.pool.Query(ctx, `
 		SELECT array_agg(a.attname::text ORDER BY k.ord)

@@ -16,7 +16,8 @@ WITH candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
     WHERE c.{{ col "state" }} = {{ state "pending" }}
-      AND c.{{ col "scheduledAt" }} <= now()
+      {{ if has "scheduledAt" }}AND c.{{ col "scheduledAt" }} <= now(){{ end }}
+{{- if has "key" }}
       AND (c.{{ col "key" }} IS NULL OR c.{{ col "key" }} = ''
            OR NOT EXISTS (
                SELECT 1
@@ -35,6 +36,20 @@ WITH candidates AS (
                      AND h.{{ col "sequence" }} <= c.{{ col "sequence" }}
                      AND (h.{{ col "sequence" }} < c.{{ col "sequence" }} OR h.{{ col "id" }} < c.{{ col "id" }}))
 {{- end }})
+{{- end }}
+{{- if .Window }}
+      -- The bounded variant (claim#window, see docs/claim.md): only rows
+      -- within $4 sequence numbers of the first due pending row are
+      -- candidates, so that a claim that finds every head in flight gives
+      -- up after at most $4 rows instead of walking the whole backlog.
+      AND c.{{ col "sequence" }} < (
+          SELECT w.{{ col "sequence" }}
+          FROM {{ .Table }} AS w
+          WHERE w.{{ col "state" }} = {{ state "pending" }}
+            {{ if has "scheduledAt" }}AND w.{{ col "scheduledAt" }} <= now(){{ end }}
+          ORDER BY w.{{ col "sequence" }}, w.{{ col "id" }}
+          LIMIT 1) + $4::bigint
+{{- end }}
     ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
     LIMIT $2
     FOR UPDATE OF c SKIP LOCKED
@@ -48,7 +63,8 @@ SET {{ col "state" }} = {{ state "processing" }},
 FROM candidates
 WHERE o.{{ col "id" }} = candidates.{{ col "id" }}
   AND o.{{ col "state" }} = {{ state "pending" }}
-  AND o.{{ col "scheduledAt" }} <= now()
+  {{ if has "scheduledAt" }}AND o.{{ col "scheduledAt" }} <= now(){{ end }}
+{{- if has "key" }}
   AND (o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = ''
        OR NOT EXISTS (
            SELECT 1
@@ -67,14 +83,15 @@ WHERE o.{{ col "id" }} = candidates.{{ col "id" }}
              AND h.{{ col "sequence" }} <= o.{{ col "sequence" }}
              AND (h.{{ col "sequence" }} < o.{{ col "sequence" }} OR h.{{ col "id" }} < o.{{ col "id" }}))
 {{- end }})
+{{- end }}
 RETURNING o.{{ col "id" }}::text,
           o.{{ col "topic" }},
-          o.{{ col "key" }},
+          {{ if has "key" }}o.{{ col "key" }}{{ else }}NULL::text{{ end }},
           o.{{ col "payload" }}::text,
-          o.{{ col "headers" }}::text,
-          o.{{ col "aggregateType" }},
-          o.{{ col "attempt" }},
-          o.{{ col "maxAttempts" }},
+          {{ if has "headers" }}o.{{ col "headers" }}::text{{ else }}NULL::text{{ end }},
+          {{ if has "aggregateType" }}o.{{ col "aggregateType" }}{{ else }}NULL::text{{ end }},
+          {{ if has "attempt" }}o.{{ col "attempt" }}{{ else }}0{{ end }},
+          {{ if not (has "attempt") }}1{{ else if has "maxAttempts" }}o.{{ col "maxAttempts" }}{{ else }}0{{ end }},
           o.{{ col "sequence" }},
-          o.{{ col "createdAt" }},
-          o.{{ col "scheduledAt" }}
+          {{ if has "createdAt" }}o.{{ col "createdAt" }}{{ else }}now(){{ end }},
+          {{ if has "scheduledAt" }}o.{{ col "scheduledAt" }}{{ else }}now(){{ end }}

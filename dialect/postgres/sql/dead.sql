@@ -5,15 +5,21 @@
 -- keys (relay.onDead: hold): then a keyed row's held_at is set and the claim
 -- keeps the key's later rows waiting behind it.
 UPDATE {{ .Table }} AS o
-SET {{ col "state" }} = {{ state "dead" }},
+SET {{ col "leaseExpiresAt" }} = NULL,
+{{- if has "attempt" }}
     {{ col "attempt" }} = d.attempt,
+{{- end }}
+{{- if has "lastError" }}
     {{ col "lastError" }} = d.error,
-    {{ col "leaseExpiresAt" }} = NULL,
+{{- end }}
 {{- if .Hold }}
     {{ col "heldAt" }} = CASE WHEN o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = '' THEN NULL ELSE now() END,
 {{- end }}
-    {{ col "updatedAt" }} = now()
-FROM unnest($2::uuid[], $3::integer[], $4::text[]) AS d(id, attempt, error)
+{{- if has "updatedAt" }}
+    {{ col "updatedAt" }} = now(),
+{{- end }}
+    {{ col "state" }} = {{ state "dead" }}
+FROM unnest({{ ids "$2" }}, $3::integer[], $4::text[]) AS d(id, attempt, error)
 WHERE o.{{ col "id" }} = d.id
   AND o.{{ col "claimToken" }} = $1
   AND o.{{ col "state" }} = {{ state "processing" }}

@@ -4,10 +4,10 @@
 -- row holds its key while later rows wait (always false without hold).
 SELECT d.{{ col "id" }}::text,
        d.{{ col "topic" }},
-       d.{{ col "key" }},
-       d.{{ col "attempt" }},
-       d.{{ col "lastError" }},
-       d.{{ col "updatedAt" }},
+       {{ if has "key" }}d.{{ col "key" }}{{ else }}NULL::text{{ end }},
+       {{ if has "attempt" }}d.{{ col "attempt" }}{{ else }}0{{ end }},
+       {{ if has "lastError" }}d.{{ col "lastError" }}{{ else }}NULL::text{{ end }},
+       {{ if has "updatedAt" }}d.{{ col "updatedAt" }}{{ else }}NULL::timestamptz{{ end }},
 {{- if .Hold }}
        (d.{{ col "heldAt" }} IS NOT NULL AND d.{{ col "key" }} <> '' AND EXISTS (
            SELECT 1
@@ -21,7 +21,7 @@ SELECT d.{{ col "id" }}::text,
 FROM {{ .Table }} AS d
 WHERE d.{{ col "state" }} = {{ state "dead" }}
   AND ($1::text IS NULL OR d.{{ col "topic" }} ~ $1::text)
-  AND ($2::text IS NULL OR d.{{ col "key" }} = $2::text)
-  AND ($3::timestamptz IS NULL OR d.{{ col "updatedAt" }} >= $3::timestamptz)
-ORDER BY d.{{ col "updatedAt" }} DESC, d.{{ col "sequence" }} DESC
+  AND ($2::text IS NULL OR {{ if has "key" }}d.{{ col "key" }}{{ else }}NULL{{ end }} = $2::text)
+  AND ($3::timestamptz IS NULL OR {{ if has "updatedAt" }}d.{{ col "updatedAt" }}{{ else }}NULL{{ end }} >= $3::timestamptz)
+ORDER BY {{ if has "updatedAt" }}d.{{ col "updatedAt" }} DESC, {{ end }}d.{{ col "sequence" }} DESC
 LIMIT $4

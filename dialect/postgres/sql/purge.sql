@@ -9,8 +9,17 @@ WITH doomed AS (
     FROM {{ .Table }} AS p
     WHERE p.{{ col "state" }} = $1::text
       AND p.{{ col "state" }} IN ({{ state "sent" }}, {{ state "dead" }})
+{{- if has "scheduledAt" }}
       AND p.{{ col "scheduledAt" }} < now() - $2::bigint * interval '1 microsecond'
+{{- end }}
+{{- if has "updatedAt" }}
       AND p.{{ col "updatedAt" }} < now() - $2::bigint * interval '1 microsecond'
+{{- else if has "sentAt" }}
+      AND p.{{ col "sentAt" }} < now() - $2::bigint * interval '1 microsecond'
+{{- else }}
+      -- without updatedAt the age of a finished row is unknown: keep it
+      AND false
+{{- end }}
 {{- if .Hold }}
       AND (p.{{ col "state" }} <> {{ state "dead" }} OR p.{{ col "heldAt" }} IS NULL)
 {{- end }}

@@ -4,11 +4,13 @@
 -- processing under our token nobody else holds it, and handing it back early
 -- is what the expired-lease reaper would do anyway.
 UPDATE {{ .Table }}
-SET {{ col "state" }} = {{ state "pending" }},
-    {{ col "claimToken" }} = NULL,
+SET {{ col "claimToken" }} = NULL,
     {{ col "claimedAt" }} = NULL,
     {{ col "leaseExpiresAt" }} = NULL,
-    {{ col "updatedAt" }} = now()
-WHERE {{ col "id" }} = ANY($2::uuid[])
+{{- if has "updatedAt" }}
+    {{ col "updatedAt" }} = now(),
+{{- end }}
+    {{ col "state" }} = {{ state "pending" }}
+WHERE {{ col "id" }} = ANY({{ ids "$2" }})
   AND {{ col "claimToken" }} = $1
   AND {{ col "state" }} = {{ state "processing" }}

@@ -12,11 +12,13 @@ WITH expired AS (
     FOR UPDATE OF e SKIP LOCKED
 )
 UPDATE {{ .Table }} AS o
-SET {{ col "state" }} = {{ state "pending" }},
-    {{ col "claimToken" }} = NULL,
+SET {{ col "claimToken" }} = NULL,
     {{ col "claimedAt" }} = NULL,
     {{ col "leaseExpiresAt" }} = NULL,
-    {{ col "updatedAt" }} = now()
+{{- if has "updatedAt" }}
+    {{ col "updatedAt" }} = now(),
+{{- end }}
+    {{ col "state" }} = {{ state "pending" }}
 FROM expired
 WHERE o.{{ col "id" }} = expired.{{ col "id" }}
   AND o.{{ col "state" }} = {{ state "processing" }}

@@ -6,9 +6,17 @@ SELECT r.{{ col "id" }}::text
 FROM {{ .Table }} AS r
 WHERE r.{{ col "state" }} = $1::text
   AND r.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})
-  AND ($2::uuid[] IS NULL OR r.{{ col "id" }} = ANY($2::uuid[]))
+  AND ($2::text[] IS NULL OR r.{{ col "id" }} = ANY({{ ids "$2" }}))
   AND ($3::text IS NULL OR r.{{ col "topic" }} ~ $3::text)
+{{- if has "key" }}
   AND ($4::text IS NULL OR r.{{ col "key" }} = $4::text)
+{{- else }}
+  AND $4::text IS NULL
+{{- end }}
+{{- if has "updatedAt" }}
   AND ($5::timestamptz IS NULL OR r.{{ col "updatedAt" }} >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR r.{{ col "updatedAt" }} < $6::timestamptz)
+{{- else }}
+  AND ($5::timestamptz IS NULL OR true) AND ($6::timestamptz IS NULL OR true)
+{{- end }}
 ORDER BY r.{{ col "sequence" }}, r.{{ col "id" }}

@@ -1,17 +1,25 @@
 -- retry: return rows held by claim token $1 to pending, each with its own
 -- attempt count ($3), delay in microseconds from the database's now() ($4)
 -- and error text ($5), for ids $2. Fenced like complete. The claim is
--- cleared.
+-- cleared. Without a scheduledAt column the row is due again at once.
 UPDATE {{ .Table }} AS o
-SET {{ col "state" }} = {{ state "pending" }},
-    {{ col "attempt" }} = r.attempt,
-    {{ col "scheduledAt" }} = now() + r.delay_us * interval '1 microsecond',
-    {{ col "lastError" }} = r.error,
-    {{ col "claimToken" }} = NULL,
+SET {{ col "claimToken" }} = NULL,
     {{ col "claimedAt" }} = NULL,
     {{ col "leaseExpiresAt" }} = NULL,
-    {{ col "updatedAt" }} = now()
-FROM unnest($2::uuid[], $3::integer[], $4::bigint[], $5::text[]) AS r(id, attempt, delay_us, error)
+{{- if has "attempt" }}
+    {{ col "attempt" }} = r.attempt,
+{{- end }}
+{{- if has "scheduledAt" }}
+    {{ col "scheduledAt" }} = now() + r.delay_us * interval '1 microsecond',
+{{- end }}
+{{- if has "lastError" }}
+    {{ col "lastError" }} = r.error,
+{{- end }}
+{{- if has "updatedAt" }}
+    {{ col "updatedAt" }} = now(),
+{{- end }}
+    {{ col "state" }} = {{ state "pending" }}
+FROM unnest({{ ids "$2" }}, $3::integer[], $4::bigint[], $5::text[]) AS r(id, attempt, delay_us, error)
 WHERE o.{{ col "id" }} = r.id
   AND o.{{ col "claimToken" }} = $1
   AND o.{{ col "state" }} = {{ state "processing" }}

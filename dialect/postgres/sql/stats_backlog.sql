@@ -4,8 +4,8 @@
 -- scheduled_at) index): its cost grows with the backlog, not the table.
 SELECT {{ col "topic" }},
        count(*),
-       COALESCE(EXTRACT(EPOCH FROM now() - min({{ col "scheduledAt" }})
-                FILTER (WHERE {{ col "scheduledAt" }} <= now())), 0)::float8
+       COALESCE(EXTRACT(EPOCH FROM now() - min({{ if has "scheduledAt" }}{{ col "scheduledAt" }}{{ else if has "createdAt" }}{{ col "createdAt" }}{{ else }}now(){{ end }})
+                FILTER (WHERE {{ if has "scheduledAt" }}{{ col "scheduledAt" }}{{ else if has "createdAt" }}{{ col "createdAt" }}{{ else }}now(){{ end }} <= now())), 0)::float8
 FROM {{ .Table }}
 WHERE {{ col "state" }} = {{ state "pending" }}
 GROUP BY {{ col "topic" }}

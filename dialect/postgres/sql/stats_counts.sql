@@ -8,7 +8,7 @@ SELECT
     (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "processing" }}),
     (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "sent" }}),
     (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "dead" }}),
-    (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min({{ col "scheduledAt" }})), 0)::float8
+    (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min({{ if has "scheduledAt" }}{{ col "scheduledAt" }}{{ else if has "createdAt" }}{{ col "createdAt" }}{{ else }}now(){{ end }})), 0)::float8
      FROM {{ .Table }}
      WHERE {{ col "state" }} = {{ state "pending" }}
-       AND {{ col "scheduledAt" }} <= now())
+       AND {{ if has "scheduledAt" }}{{ col "scheduledAt" }}{{ else if has "createdAt" }}{{ col "createdAt" }}{{ else }}now(){{ end }} <= now())

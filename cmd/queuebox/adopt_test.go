@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/internal/testenv"
+)
+
+// The table of the Python nats-outbox library (docs/adopting.md).
+const natsOutboxDDL = `CREATE TABLE outbox_events (
+  id             BIGSERIAL PRIMARY KEY,
+  event_id       UUID NOT NULL UNIQUE,
+  subject        TEXT NOT NULL,
+  headers        JSONB NOT NULL DEFAULT '{}',
+  payload        JSONB NOT NULL,
+  status         VARCHAR(20) NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ('pending','published','failed')),
+  retry_count    SMALLINT NOT NULL DEFAULT 0,
+  last_error     TEXT,
+  aggregate_id   TEXT,
+  aggregate_type TEXT,
+  created_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+  scheduled_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+  published_at   TIMESTAMPTZ
+)`
+
+// The worked example's mapping, YAML only.
+const natsOutboxDatabase = `  outboxTable: outbox_events
+  columns:
+    id: event_id
+    topic: subject
+    key: aggregate_id
+    sequence: id
+    state: status
+    attempt: retry_count
+    sentAt: published_at
+  states:
+    sent: published
+    dead: failed
+`
+
+// adoptWorld is a per-test schema, a JetStream stream and a route file.
+type adoptWorld struct {
+	pg      *testenv.PG
+	natsURL string
+	prefix  string // every routed topic starts with prefix + "."
+	stream  jetstream.Stream
+}
+
+func newAdoptWorld(t *testing.T, ddl string) *adoptWorld {
+	t.Helper()
+	w := &adoptWorld{pg: testenv.Postgres(t, testenv.WithoutMigrations()), natsURL: testenv.NATSURL(t)}
+	if _, err := w.pg.Pool.Exec(testenv.Context(t, time.Minute), ddl); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	w.prefix = testenv.UniqueName("qbadopt")
+	_, w.stream = testenv.NATSStream(t, w.natsURL, w.prefix+".>")
+	return w
+}
+
+func (w *adoptWorld) config(t *testing.T, database, relay string) string {
+	t.Helper()
+	yml := fmt.Sprintf(`database:
+  url: %q
+%s
+relay:
+%s
+server:
+  listen: 127.0.0.1:0
+destinations:
+  events:
+    type: nats
+    servers: [%q]
+    subject: "{{ topic }}"
+routes:
+  - topicPattern: "%s.**"
+    destination: events
+`, w.pg.URL, strings.TrimRight(database, "\n"), indent(relay), w.natsURL, w.prefix)
+	path := filepath.Join(t.TempDir(), "queuebox.yaml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// messages reads the stream back in order.
+func (w *adoptWorld) messages(t *testing.T) []delivery {
+	t.Helper()
+	return (&world{stream: w.stream}).streamMessages(t)
+}
+
+func countBy(t *testing.T, pool *pgxpool.Pool, query string) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	c := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		c[s] = n
+	}
+	return c
+}
+
+func idsBy(t *testing.T, pool *pgxpool.Pool, query string) map[string][2]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	m := map[string][2]string{}
+	for rows.Next() {
+		var id, k, topic string
+		if err := rows.Scan(&id, &k, &topic); err != nil {
+			t.Fatal(err)
+		}
+		m[id] = [2]string{k, topic}
+	}
+	return m
+}
+
+// TestAdoptNatsOutboxTable is the worked example of docs/adopting.md: the
+// nats-outbox table taken over with YAML only, in lock mode, by two
+// replicas, one of which is killed mid-batch and started again.
+func TestAdoptNatsOutboxTable(t *testing.T) {
+	w := newAdoptWorld(t, natsOutboxDDL)
+	ctx := testenv.Context(t, time.Minute)
+	const rows, keys = 3000, 30
+	_, err := w.pg.Pool.Exec(ctx, `INSERT INTO outbox_events (event_id, subject, aggregate_id, payload, headers)
+		SELECT gen_random_uuid(), $1, 'agg-' || (i % $2), jsonb_build_object('n', i / $2), '{"X-Source": "legacy"}'
+		FROM generate_series(0, $3 - 1) AS i ORDER BY i`, w.prefix+".order.created", keys, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A row no route matches: it must end failed, with the reason.
+	if _, err := w.pg.Pool.Exec(ctx, `INSERT INTO outbox_events (event_id, subject, payload) VALUES (gen_random_uuid(), 'nowhere.x', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := w.config(t, natsOutboxDatabase, "claimMode: lock\npollInterval: 20ms\nbatchSize: 50\nlockTimeout: 20s")
+	out, err := exec.Command(binPath, "check", "--config", cfg).CombinedOutput()
+	if !strings.Contains(string(out), "claim mode lock") || !strings.Contains(string(out), "claim_token") {
+		t.Errorf("check does not report lock mode and the DDL for lease mode:\n%s", out)
+	}
+	a := startQueuebox(t, "run", "--config", cfg)
+	b := startQueuebox(t, "run", "--config", cfg)
+	published := func() int {
+		return countBy(t, w.pg.Pool, `SELECT status, count(*) FROM outbox_events GROUP BY status`)["published"]
+	}
+	testenv.Eventually(t, 60*time.Second, func() bool { return published() >= 600 }, "no progress")
+	_ = a.cmd.Process.Kill() // mid-batch: its open transactions roll back
+	<-a.done
+	if published() == rows {
+		t.Fatal("the relays finished before one could be killed; the test proves nothing")
+	}
+	a2 := startQueuebox(t, "run", "--config", cfg)
+	testenv.Eventually(t, 90*time.Second, func() bool { return published() == rows }, "not every row was published")
+	for _, p := range []*proc{a2, b} {
+		if code := p.stop(syscall.SIGTERM, 20*time.Second); code != 0 {
+			t.Fatalf("exit status after SIGTERM = %d", code)
+		}
+	}
+	if !strings.Contains(b.Logs(), "claim mode lock") {
+		t.Errorf("the start log does not say which claim mode is used")
+	}
+
+	states := countBy(t, w.pg.Pool, `SELECT status || '/' || (published_at IS NOT NULL) || '/' || (last_error IS NOT NULL), count(*) FROM outbox_events GROUP BY 1`)
+	if states["published/true/false"] != rows || states["failed/false/true"] != 1 || len(states) != 2 {
+		t.Fatalf("rows by status/published_at set/last_error set: %v", states)
+	}
+	ids := idsBy(t, w.pg.Pool, `SELECT event_id::text, aggregate_id, subject FROM outbox_events WHERE status = 'published'`)
+	got := w.messages(t)
+	if len(got) != rows {
+		t.Fatalf("stream holds %d messages, want exactly %d (one per event_id)", len(got), rows)
+	}
+	if n := checkDeliveries(t, "JetStream", got, ids, w.prefix, false); n != keys {
+		t.Fatalf("%d keys delivered, want %d", n, keys)
+	}
+}
+
+// A table of another shape: BIGINT id that is also the sequence, other
+// names and state values, no headers, no aggregate type, no scheduled_at,
+// no updated_at, no max attempts: all found absent at start.
+const appEventsDDL = `CREATE TABLE app_events (
+  event_no      BIGSERIAL PRIMARY KEY,
+  evt_type      TEXT NOT NULL,
+  partition_key TEXT,
+  body          JSONB NOT NULL,
+  status        TEXT NOT NULL DEFAULT 'NEW' CHECK (status IN ('NEW', 'DONE', 'ERROR')),
+  tries         INTEGER NOT NULL DEFAULT 0,
+  error_text    TEXT,
+  inserted_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+)`
+
+const appEventsDatabase = `  outboxTable: app_events
+  columns:
+    id: event_no
+    sequence: event_no
+    topic: evt_type
+    key: partition_key
+    payload: body
+    state: status
+    attempt: tries
+    lastError: error_text
+    createdAt: inserted_at
+  states:
+    pending: NEW
+    sent: DONE
+    dead: ERROR
+`
+
+func TestAdoptTableOfAnotherShape(t *testing.T) {
+	w := newAdoptWorld(t, appEventsDDL)
+	ctx := testenv.Context(t, time.Minute)
+	const rows, keys = 1000, 10
+	_, err := w.pg.Pool.Exec(ctx, `INSERT INTO app_events (evt_type, partition_key, body)
+		SELECT $1, 'p-' || (i % $2), jsonb_build_object('n', i / $2) FROM generate_series(0, $3 - 1) AS i ORDER BY i`,
+		w.prefix+".user.updated", keys, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.pg.Pool.Exec(ctx, `INSERT INTO app_events (evt_type, body) VALUES ('nowhere.x', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := w.config(t, appEventsDatabase, "pollInterval: 20ms\nbatchSize: 40")
+	a := startQueuebox(t, "run", "--config", cfg)
+	b := startQueuebox(t, "run", "--config", cfg)
+	testenv.Eventually(t, 90*time.Second, func() bool {
+		c := countBy(t, w.pg.Pool, `SELECT status, count(*) FROM app_events GROUP BY status`)
+		return c["DONE"] == rows && c["ERROR"] == 1
+	}, "not every row was settled")
+	a.stop(syscall.SIGTERM, 20*time.Second)
+	b.stop(syscall.SIGTERM, 20*time.Second)
+	for _, want := range []string{"claim mode lock", "headers (headers) not found", "scheduled_at (scheduledAt) not found"} {
+		if !strings.Contains(a.Logs(), want) {
+			t.Errorf("start log lacks %q", want)
+		}
+	}
+	var lastErr string
+	if err := w.pg.Pool.QueryRow(ctx, `SELECT error_text FROM app_events WHERE status = 'ERROR'`).Scan(&lastErr); err != nil || lastErr == "" {
+		t.Fatalf("the failed row's error_text = %q (%v)", lastErr, err)
+	}
+	ids := idsBy(t, w.pg.Pool, `SELECT event_no::text, partition_key, evt_type FROM app_events WHERE status = 'DONE'`)
+	got := w.messages(t)
+	if len(got) != rows {
+		t.Fatalf("stream holds %d messages, want %d", len(got), rows)
+	}
+	if n := checkDeliveries(t, "JetStream", got, ids, w.prefix, false); n != keys {
+		t.Fatalf("%d keys delivered, want %d", n, keys)
+	}
+}
+
+// TestAdoptMappingNamesMissingColumn: a mapping that names a column the
+// table lacks fails check and run, naming the column and the fix.
+func TestAdoptMappingNamesMissingColumn(t *testing.T) {
+	w := newAdoptWorld(t, natsOutboxDDL)
+	cfg := w.config(t, natsOutboxDatabase+"    # typo below\n", "claimMode: lock")
+	bad := strings.Replace(mustRead(t, cfg), "sentAt: published_at", "sentAt: publishd_at", 1)
+	if err := os.WriteFile(cfg, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"check", "run"} {
+		c := exec.Command(binPath, cmd, "--config", cfg)
+		c.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+		out, err := c.CombinedOutput()
+		if c.ProcessState == nil || c.ProcessState.ExitCode() != 1 {
+			t.Fatalf("%s: exit %v, want 1 (%v)\n%s", cmd, c.ProcessState, err, out)
+		}
+		for _, want := range []string{"database.columns.sentAt", "publishd_at", "sentAt: \"\""} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("%s output lacks %q:\n%s", cmd, want, out)
+			}
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,289 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// Claim modes (relay.claimMode).
+const (
+	ModeAuto  = "auto"  // lease when the table can hold a lease, lock otherwise
+	ModeLease = "lease" // claim = one UPDATE to processing under a lease (the bundled table)
+	ModeLock  = "lock"  // claim = FOR UPDATE SKIP LOCKED in a transaction held while publishing
+)
+
+// degradation says what the relay does without an optional column.
+var degradation = map[string]string{
+	dialect.ColKey:            "no per-key ordering: every row is independent",
+	dialect.ColHeaders:        "no row headers are sent",
+	dialect.ColAggregateType:  "{{ aggregateType }} is empty; routes whose templates use it are refused at start",
+	dialect.ColAttempt:        "attempts are not counted: a row that fails goes dead at once (an unavailable destination still defers without spending an attempt)",
+	dialect.ColMaxAttempts:    "every row gets relay.maxAttempts",
+	dialect.ColScheduledAt:    "no delayed rows and no retry backoff: a retried row is due again at once",
+	dialect.ColCreatedAt:      "the delivery-latency metric starts at the claim",
+	dialect.ColUpdatedAt:      "the time a row was settled is not recorded; retention cannot age sent rows (unless sentAt is mapped) and dead list shows no time",
+	dialect.ColLastError:      "the reason a row failed is only logged, not stored",
+	dialect.ColClaimToken:     "no lease: lock mode",
+	dialect.ColClaimedAt:      "no lease: lock mode",
+	dialect.ColLeaseExpiresAt: "no lease: lock mode",
+	dialect.ColHeldAt:         "relay.onDead: hold is not available",
+}
+
+// idTypes are the id column types the relay can cast ids to, by
+// information_schema data_type.
+var idTypes = map[string]string{
+	"uuid": "uuid", "bigint": "bigint", "integer": "integer", "smallint": "smallint",
+	"text": "text", "character varying": "text", "numeric": "numeric",
+}
+
+// TablePlan is how the relay will use an existing table: the mapping with
+// the optional columns the table lacks made absent, the claim mode and
+// why, the id type, and what is wrong.
+type TablePlan struct {
+	Mapping  dialect.Mapping
+	Exists   bool
+	Mode     string // ModeLease or ModeLock ("" when the table is unusable)
+	Why      string
+	IDType   string
+	Notes    []string                // informational: columns absent and what that changes
+	Problems []dialect.SchemaProblem // each one stops check and run
+	Advice   []dialect.SchemaProblem // not errors: DDL that would enable more
+}
+
+type catalogColumn struct{ dataType string }
+
+// ResolveTable reads the table's columns from the catalog and decides how
+// the relay uses it with mapping m and claim mode mode (auto, lease, lock):
+//
+//   - a column the mapping names explicitly that the table lacks is a
+//     problem naming the column and the fix; so is a missing required
+//     column (id, topic, payload, state, sequence) or a mistyped one;
+//   - an optional column left at its default name that the table lacks
+//     becomes absent, with a note saying what the relay does without it;
+//   - auto picks lease mode when the claim columns exist and the state
+//     column accepts the processing value, lock mode otherwise.
+func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mode string, hold bool) (TablePlan, error) {
+	plan := TablePlan{Mapping: m}
+	if mode == "" {
+		mode = ModeAuto
+	}
+	schemaExpr := "current_schema()"
+	args := []any{m.TableName()}
+	if m.Schema() != "" {
+		schemaExpr = "$2"
+		args = append(args, m.Schema())
+	}
+	rows, err := pool.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
+		WHERE table_name = $1 AND table_schema = `+schemaExpr, args...)
+	if err != nil {
+		return plan, interpretError("check schema", err)
+	}
+	cols := map[string]catalogColumn{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			rows.Close()
+			return plan, interpretError("check schema", err)
+		}
+		cols[name] = catalogColumn{typ}
+	}
+	if err := rows.Err(); err != nil {
+		return plan, interpretError("check schema", err)
+	}
+	table := m.Table(QuoteIdent)
+	plain := m.Table(func(s string) string { return s })
+	if len(cols) == 0 {
+		fix := "queuebox migrate --config <file>"
+		if m.TableName() != dialect.DefaultTable {
+			fix = "create the table, or point database.outboxTable at the existing one"
+		}
+		plan.Problems = append(plan.Problems, dialect.SchemaProblem{What: fmt.Sprintf("table %s does not exist (or is not visible to this user)", plain), Fix: fix})
+		return plan, nil
+	}
+	plan.Exists = true
+
+	logical := make([]string, 0, len(m.Columns()))
+	for l := range m.Columns() {
+		logical = append(logical, l)
+	}
+	sort.Strings(logical)
+	var absent []string
+	for _, l := range logical {
+		phys, _ := m.Column(l)
+		spec := columnSpecs[l]
+		addDDL := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", table, QuoteIdent(phys), spec.ddl)
+		c, ok := cols[phys]
+		switch {
+		case !ok && dialect.Required(l):
+			fix := fmt.Sprintf("set database.columns.%s to the table's column for %s", l, l)
+			if l == dialect.ColSequence {
+				fix += " (a monotonic column such as a BIGSERIAL primary key serves: sequence: id)"
+			}
+			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
+				What: fmt.Sprintf("required column %s (%s) is missing", phys, l),
+				Fix:  fix + ", or " + addDDL})
+		case !ok && m.Explicit(l):
+			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
+				What: fmt.Sprintf("database.columns.%s names column %s, which table %s does not have", l, phys, plain),
+				Fix:  fmt.Sprintf("correct the name, or declare the column absent with `%s: \"\"` (then: %s), or %s", l, degradation[l], addDDL)})
+		case !ok && !m.Adopted() && l != dialect.ColHeldAt:
+			// The bundled table lacks a column: a migration is missing.
+			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
+				What: fmt.Sprintf("column %s (%s) is missing", phys, l),
+				Fix:  addDDL + " (or queuebox migrate; to adopt a table of another shape, map its columns: docs/adopting.md)"})
+		case !ok && l == dialect.ColHeldAt && hold:
+			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
+				What: fmt.Sprintf("relay.onDead: hold needs column %s (heldAt), which is missing", phys),
+				Fix:  addDDL + " (or relay.onDead: release)"})
+		case !ok:
+			absent = append(absent, l)
+			if l != dialect.ColHeldAt {
+				plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (%s) not found: %s", phys, l, degradation[l]))
+			}
+		case l == dialect.ColID:
+			t, known := idTypes[c.dataType]
+			if !known {
+				plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
+					What: fmt.Sprintf("column %s (id) has type %s; want uuid, bigint, integer or text", phys, c.dataType),
+					Fix:  "map database.columns.id to a unique column of one of those types"})
+			}
+			plan.IDType = t
+		case spec.ddl != "" && !slices.Contains(spec.types, c.dataType):
+			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
+				What: fmt.Sprintf("column %s (%s) has type %s; want %s", phys, l, c.dataType, strings.Join(spec.types, " or ")),
+				Fix:  fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s;", table, QuoteIdent(phys), strings.Fields(spec.ddl)[0], QuoteIdent(phys), strings.Fields(spec.ddl)[0])})
+		}
+	}
+	if len(absent) > 0 {
+		plan.Mapping, err = m.Without(absent...)
+		if err != nil {
+			return plan, err
+		}
+	}
+
+	// The state column's CHECK constraints, if any, must accept the mapped
+	// values; processing need only be accepted for lease mode.
+	allowed, constrained, err := stateCheck(ctx, pool, m, args, schemaExpr)
+	if err != nil {
+		return plan, err
+	}
+	stateCol, _ := m.Column(dialect.ColState)
+	for _, s := range []outbox.State{outbox.StatePending, outbox.StateSent, outbox.StateDead} {
+		v := m.State(s)
+		if constrained && !allowed(v) {
+			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: dialect.ColState,
+				What: fmt.Sprintf("the CHECK constraint on column %s does not accept %q, the value for state %s", stateCol, v, s),
+				Fix:  fmt.Sprintf("set database.states.%s to the value the table uses for %s", s, s)})
+		}
+	}
+
+	pm := plan.Mapping
+	var missing []string
+	for _, l := range dialect.LeaseColumns {
+		if !pm.Has(l) {
+			missing = append(missing, l)
+		}
+	}
+	processingOK := pm.HasState(outbox.StateProcessing) && (!constrained || allowed(pm.State(outbox.StateProcessing)))
+	var noLease string
+	switch {
+	case len(missing) > 0 && !processingOK:
+		noLease = fmt.Sprintf("the table has no lease columns (%s) and no processing state value", strings.Join(missing, ", "))
+	case len(missing) > 0:
+		noLease = fmt.Sprintf("the table has no lease columns (%s)", strings.Join(missing, ", "))
+	case !processingOK && !pm.HasState(outbox.StateProcessing):
+		noLease = "database.states.processing is declared absent"
+	case !processingOK:
+		noLease = fmt.Sprintf("the CHECK constraint on column %s does not accept the processing value %q", stateCol, pm.State(outbox.StateProcessing))
+	}
+	switch {
+	case mode == ModeLock:
+		plan.Mode, plan.Why = ModeLock, "relay.claimMode: lock"
+	case noLease == "":
+		plan.Mode, plan.Why = ModeLease, "the table has the lease columns and a processing state value"
+		if mode == ModeLease {
+			plan.Why = "relay.claimMode: lease; " + plan.Why
+		}
+	case mode == ModeLease:
+		plan.Problems = append(plan.Problems, dialect.SchemaProblem{
+			What: "relay.claimMode: lease, but " + noLease,
+			Fix:  "add what is missing (see the DDL below), or use relay.claimMode: lock (or auto)"})
+	default:
+		plan.Mode, plan.Why = ModeLock, noLease
+	}
+	if noLease != "" {
+		for _, l := range missing {
+			phys, ok := m.Column(l)
+			if !ok {
+				phys = defaultPhysical(l)
+			}
+			plan.Advice = append(plan.Advice, dialect.SchemaProblem{Column: l,
+				What: fmt.Sprintf("lease mode needs column %s (%s)", phys, l),
+				Fix:  fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", table, QuoteIdent(phys), columnSpecs[l].ddl)})
+		}
+		if !processingOK {
+			v := pm.State(outbox.StateProcessing)
+			if v == "" {
+				v = string(outbox.StateProcessing)
+			}
+			plan.Advice = append(plan.Advice, dialect.SchemaProblem{Column: dialect.ColState,
+				What: "lease mode needs a processing state value the state column accepts",
+				Fix:  fmt.Sprintf("allow %s in column %s (widen its CHECK constraint) and set database.states.processing: %s", quoteLiteral(v), stateCol, v)})
+		}
+	}
+	return plan, nil
+}
+
+func defaultPhysical(logical string) string {
+	m := dialect.DefaultMapping()
+	c, _ := m.Column(logical)
+	return c
+}
+
+// stateCheck reads the CHECK constraints on the state column and returns a
+// function telling whether a value appears among their literals
+// (constrained is false when there is none).
+func stateCheck(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, args []any, schemaExpr string) (func(string) bool, bool, error) {
+	stateCol, _ := m.Column(dialect.ColState)
+	q := `SELECT pg_get_constraintdef(c.oid)
+		FROM pg_constraint c
+		JOIN pg_class t ON t.oid = c.conrelid
+		JOIN pg_namespace n ON n.oid = t.relnamespace
+		JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY(c.conkey)
+		WHERE c.contype = 'c' AND t.relname = $1 AND n.nspname = ` + schemaExpr + ` AND a.attname = $` + fmt.Sprint(len(args)+1)
+	rows, err := pool.Query(ctx, q, append(args, stateCol)...)
+	if err != nil {
+		return nil, false, interpretError("check constraints", err)
+	}
+	var defs []string
+	for rows.Next() {
+		var def string
+		if err := rows.Scan(&def); err != nil {
+			rows.Close()
+			return nil, false, interpretError("check constraints", err)
+		}
+		if strings.Contains(def, "'") { // a list of values, not, say, a length check
+			defs = append(defs, def)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, interpretError("check constraints", err)
+	}
+	allowed := func(v string) bool {
+		for _, d := range defs {
+			if !strings.Contains(d, quoteLiteral(v)) {
+				return false
+			}
+		}
+		return true
+	}
+	return allowed, len(defs) > 0, nil
+}

@@ -1,0 +1,53 @@
+-- lock claim: lock up to $1 ready rows with FOR UPDATE SKIP LOCKED, in the
+-- batch's transaction, which stays open while the batch is published (lock
+-- mode, docs/adopting.md). Nothing is written: a locked row stays pending,
+-- and a crash rolls back to exactly what was there.
+--
+-- A row is ready when it is pending, due, and the head of its key: no
+-- pending (or, if the table has that value, processing) row of the same
+-- non-empty key comes before it in (sequence, id) order. The head probe is
+-- a plain read, so a head that another replica has locked is still pending
+-- to it and keeps the key's next row waiting: only heads are claimable, at
+-- most one per key, and SKIP LOCKED skips the locked heads themselves. A row
+-- that another claimer settled and committed after this statement's
+-- snapshot is re-checked against the WHERE clause on its newest version
+-- when its lock is taken, and is no longer pending.
+SELECT c.{{ col "id" }}::text,
+       c.{{ col "topic" }},
+       {{ if has "key" }}c.{{ col "key" }}{{ else }}NULL::text{{ end }},
+       c.{{ col "payload" }}::text,
+       {{ if has "headers" }}c.{{ col "headers" }}::text{{ else }}NULL::text{{ end }},
+       {{ if has "aggregateType" }}c.{{ col "aggregateType" }}::text{{ else }}NULL::text{{ end }},
+       {{ if has "attempt" }}c.{{ col "attempt" }}::integer{{ else }}0{{ end }},
+       {{ if not (has "attempt") }}1{{ else if has "maxAttempts" }}c.{{ col "maxAttempts" }}::integer{{ else }}0{{ end }},
+       c.{{ col "sequence" }}::bigint,
+       {{ if has "createdAt" }}c.{{ col "createdAt" }}{{ else }}now(){{ end }},
+       {{ if has "scheduledAt" }}c.{{ col "scheduledAt" }}{{ else }}now(){{ end }}
+FROM {{ .Table }} AS c
+WHERE c.{{ col "state" }} = {{ state "pending" }}
+{{- if has "scheduledAt" }}
+  AND c.{{ col "scheduledAt" }} <= now()
+{{- end }}
+{{- if has "key" }}
+  AND (c.{{ col "key" }} IS NULL OR c.{{ col "key" }} = ''
+       OR NOT EXISTS (
+           SELECT 1
+           FROM {{ .Table }} AS b
+           WHERE b.{{ col "key" }} = c.{{ col "key" }}
+             AND b.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
+             AND b.{{ col "sequence" }} <= c.{{ col "sequence" }}
+             AND (b.{{ col "sequence" }} < c.{{ col "sequence" }} OR b.{{ col "id" }} < c.{{ col "id" }}))
+{{- if .Hold }}
+       AND NOT EXISTS (
+           SELECT 1
+           FROM {{ .Table }} AS h
+           WHERE h.{{ col "key" }} = c.{{ col "key" }}
+             AND h.{{ col "state" }} = {{ state "dead" }}
+             AND h.{{ col "heldAt" }} IS NOT NULL
+             AND h.{{ col "sequence" }} <= c.{{ col "sequence" }}
+             AND (h.{{ col "sequence" }} < c.{{ col "sequence" }} OR h.{{ col "id" }} < c.{{ col "id" }}))
+{{- end }})
+{{- end }}
+ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
+LIMIT $1
+FOR UPDATE OF c SKIP LOCKED
