@@ -37,6 +37,14 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s).
 	  echo "== $$pkg $$t"; $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$${FUZZTIME:-10s} $$pkg || exit 1; \
 	done
 
+.PHONY: test-faults
+test-faults: ## Run the fault suite (internal/faults) against real services; QUEUEBOX_SOAK=1 for the 2-minute outage.
+	QUEUEBOX_FAULTS=1 $(GO) test -count=1 -timeout 15m -v -run 'TestFault|TestHostile|TestSecrets|TestCheck|TestProxy' ./internal/faults/
+
+.PHONY: fuzz-short
+fuzz-short: ## Run every fuzz target for 5s (CI).
+	$(MAKE) fuzz FUZZTIME=5s
+
 .PHONY: lint
 lint: ## gofmt and go vet (and staticcheck when installed).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -270,19 +270,19 @@ func waitStream(ctx context.Context, st jetstream.Stream, n int) (time.Time, err
 // receiver is the in-process HTTP endpoint. It counts distinct message ids
 // (X-Message-Id) of the current run and records when each arrived.
 type receiver struct {
-	mu   sync.Mutex
-	run  *receipts
+	mu  sync.Mutex
+	run *receipts
 }
 
 // receipts is one run's view of the receiver (HTTP) or of a NATS
 // subscription.
 type receipts struct {
-	mu      sync.Mutex
-	want    int
-	seen    map[string]time.Time
-	done    chan struct{}
-	doneAt  time.Time
-	dupes   int
+	mu     sync.Mutex
+	want   int
+	seen   map[string]time.Time
+	done   chan struct{}
+	doneAt time.Time
+	dupes  int
 }
 
 func newReceipts(want int) *receipts {
