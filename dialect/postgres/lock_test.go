@@ -64,7 +64,7 @@ func TestRenderAbsentColumns(t *testing.T) {
 			}
 		}
 	}
-	if want := "ANY($1::text[]::bigint[])"; !strings.Contains(lq["complete"], want) {
+	if want := "unnest($1::text[]::bigint[])"; !strings.Contains(lq["complete"], want) {
 		t.Errorf("lock complete does not cast ids with %s:\n%s", want, lq["complete"])
 	}
 }

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -112,34 +111,25 @@ func (a *AMQPAdmin) cleanup(fn func(*amqp.Channel) error) {
 }
 
 // Consume reads from queue until n deliveries arrived or d passed, and
-// returns them in arrival order (acknowledged).
+// returns them in arrival order (acknowledged). It polls with basic.get, so
+// no message beyond n is taken off the queue.
 func (a *AMQPAdmin) Consume(queue string, n int, d time.Duration) []amqp.Delivery {
 	a.t.Helper()
-	ch, err := a.conn.Channel()
-	if err != nil {
-		a.t.Fatalf("amqp channel: %v", err)
-	}
-	defer func() { _ = ch.Close() }()
-	if err := ch.Qos(1000, 0, false); err != nil {
-		a.t.Fatalf("qos: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	deliveries, err := ch.ConsumeWithContext(ctx, queue, "", true, false, false, false, nil)
-	if err != nil {
-		a.t.Fatalf("consume %s: %v", queue, err)
-	}
+	deadline := time.Now().Add(d)
 	var out []amqp.Delivery
 	for len(out) < n {
-		select {
-		case m, ok := <-deliveries:
-			if !ok {
-				return out
-			}
+		m, ok, err := a.ch.Get(queue, true)
+		if err != nil {
+			a.t.Fatalf("get from %s: %v", queue, err)
+		}
+		if ok {
 			out = append(out, m)
-		case <-ctx.Done():
+			continue
+		}
+		if time.Now().After(deadline) {
 			return out
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	return out
 }
