@@ -127,6 +127,7 @@ func Default() *Config {
 			Concurrency:     16,
 			InflightBatches: 2,
 			PollInterval:    Duration(100 * time.Millisecond),
+			MaxPollInterval: Duration(time.Second),
 			Lease:           Duration(30 * time.Second),
 			MaxAttempts:     5,
 			Backoff: Backoff{

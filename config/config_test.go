@@ -87,7 +87,7 @@ func TestGoodConfig(t *testing.T) {
 		},
 		Relay: Relay{
 			BatchSize: 50, Concurrency: 8, InflightBatches: 3,
-			PollInterval: Duration(250 * time.Millisecond), Lease: Duration(time.Minute), MaxAttempts: 7,
+			PollInterval: Duration(250 * time.Millisecond), MaxPollInterval: Duration(time.Second), Lease: Duration(time.Minute), MaxAttempts: 7,
 			Backoff:         Backoff{Base: Duration(500 * time.Millisecond), Max: Duration(2 * time.Minute), Jitter: 0.1},
 			ShutdownTimeout: Duration(20 * time.Second), ReapInterval: Duration(5 * time.Second), OnDead: "hold", ClaimMode: "auto",
 			CircuitBreaker: Breaker{Failures: 5, OpenFor: Duration(5 * time.Second), MaxOpenFor: Duration(time.Minute)},

@@ -34,6 +34,7 @@ type Relay struct {
 	Concurrency     int      `yaml:"concurrency"`     // deliveries in flight per destination
 	InflightBatches int      `yaml:"inflightBatches"` // claimed batches being published at once
 	PollInterval    Duration `yaml:"pollInterval"`
+	MaxPollInterval Duration `yaml:"maxPollInterval"` // idle polling backs off up to this
 	Lease           Duration `yaml:"lease"`
 	MaxAttempts     int      `yaml:"maxAttempts"`
 	Backoff         Backoff  `yaml:"backoff"`

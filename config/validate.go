@@ -172,6 +172,9 @@ func (v *validator) relay() {
 	v.positive("relay.inflightBatches", r.InflightBatches)
 	v.positive("relay.maxAttempts", r.MaxAttempts)
 	v.positiveDuration("relay.pollInterval", r.PollInterval)
+	if r.MaxPollInterval < r.PollInterval {
+		v.fail("relay.maxPollInterval", "must be at least relay.pollInterval (%s), got %s", r.PollInterval, r.MaxPollInterval)
+	}
 	v.positiveDuration("relay.lease", r.Lease)
 	v.positiveDuration("relay.shutdownTimeout", r.ShutdownTimeout)
 	v.positiveDuration("relay.reapInterval", r.ReapInterval)

@@ -42,3 +42,21 @@ func TestBackoffJitterStaysInBand(t *testing.T) {
 		}
 	}
 }
+
+func TestIdleWaitBacksOffAfterAQuietSecond(t *testing.T) {
+	e := &Engine{opt: Options{PollInterval: 100 * time.Millisecond, MaxPollInterval: time.Second}}
+	for empty := 1; empty <= 10; empty++ {
+		if d := e.idleWait(0, empty); d != 100*time.Millisecond {
+			t.Fatalf("idleWait(0, %d) = %v, want the poll interval during the first quiet second", empty, d)
+		}
+	}
+	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second}
+	for i, w := range want {
+		if d := e.idleWait(0, 11+i); d != w {
+			t.Fatalf("idleWait(0, %d) = %v, want %v", 11+i, d, w)
+		}
+	}
+	if d := e.idleWait(1, 1); d != time.Second {
+		t.Fatalf("idle sibling waits %v, want MaxPollInterval (worker 0 wakes it)", d)
+	}
+}

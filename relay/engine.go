@@ -181,33 +181,53 @@ func (e *Engine) wakeChan() <-chan struct{} {
 // worker is one claim-publish-settle loop.
 func (e *Engine) worker(ctx context.Context, id int) {
 	log := e.log.With("worker", id)
-	idle := e.opt.PollInterval
+	empty := 0 // consecutive claims that found nothing
 	for ctx.Err() == nil {
 		wake := e.wakeChan()
 		n, err := e.runBatch(ctx, log)
 		switch {
 		case err != nil:
+			empty++
 			if ctx.Err() != nil {
 				return
 			}
-			log.Error("claim failed; retrying", "err", err, "retry_in", idle)
-		case n >= e.opt.BatchSize:
-			// A full batch: more rows are probably ready. Claim again at
-			// once and let idle siblings help.
-			idle = e.opt.PollInterval
+			log.Error("claim failed; retrying", "err", err, "retry_in", e.idleWait(0, empty))
+		case n > 0:
+			// Rows were ready: more probably are. Claim again at once,
+			// and let idle siblings help.
+			empty = 0
 			e.wakeAll()
 			continue
-		case n > 0:
-			idle = e.opt.PollInterval
-			continue
+		default:
+			empty++
 		}
-		if !sleep(ctx, wake, idle) {
-			// Woken: new rows may be ready; start the backoff over.
-			idle = e.opt.PollInterval
-			continue
+		if !sleep(ctx, wake, e.idleWait(id, empty)) {
+			// Woken: new rows may be ready.
+			empty = 0
 		}
-		idle = min(idle*2, e.opt.MaxPollInterval)
 	}
+}
+
+// idleWait is how long a worker waits after empty consecutive claims that
+// found nothing. Worker 0 polls every PollInterval for the first second of
+// quiet, then backs off, doubling up to MaxPollInterval: an empty table
+// costs a few queries per second, and a burst after a quiet spell waits at
+// most MaxPollInterval (or nothing, with a Wake source). The other workers
+// only poll every MaxPollInterval while idle: worker 0 wakes them when it
+// finds rows.
+func (e *Engine) idleWait(id, empty int) time.Duration {
+	if id > 0 {
+		return e.opt.MaxPollInterval
+	}
+	grace := max(int(time.Second/e.opt.PollInterval), 1)
+	if empty <= grace {
+		return e.opt.PollInterval
+	}
+	d := e.opt.PollInterval
+	for i := grace; i < empty && d < e.opt.MaxPollInterval; i++ {
+		d *= 2
+	}
+	return min(d, e.opt.MaxPollInterval)
 }
 
 // sleep waits d, or until wake is closed, or ctx ends. It reports whether

@@ -99,6 +99,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		BatchSize:       cfg.Relay.BatchSize,
 		InflightBatches: cfg.Relay.InflightBatches,
 		PollInterval:    cfg.Relay.PollInterval.D(),
+		MaxPollInterval: cfg.Relay.MaxPollInterval.D(),
 		Lease:           cfg.Relay.Lease.D(),
 		MaxAttempts:     cfg.Relay.MaxAttempts,
 		Backoff: relay.Backoff{
