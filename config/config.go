@@ -141,7 +141,7 @@ func Default() *Config {
 			CircuitBreaker: Breaker{
 				Failures:   5,
 				OpenFor:    Duration(5 * time.Second),
-				MaxOpenFor: Duration(time.Minute),
+				MaxOpenFor: Duration(30 * time.Second),
 			},
 		},
 		Server: Server{Listen: "127.0.0.1:9090"},

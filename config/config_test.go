@@ -90,7 +90,7 @@ func TestGoodConfig(t *testing.T) {
 			PollInterval: Duration(250 * time.Millisecond), MaxPollInterval: Duration(time.Second), Lease: Duration(time.Minute), MaxAttempts: 7,
 			Backoff:         Backoff{Base: Duration(500 * time.Millisecond), Max: Duration(2 * time.Minute), Jitter: 0.1},
 			ShutdownTimeout: Duration(20 * time.Second), ReapInterval: Duration(5 * time.Second), OnDead: "hold", ClaimMode: "auto",
-			CircuitBreaker: Breaker{Failures: 5, OpenFor: Duration(5 * time.Second), MaxOpenFor: Duration(time.Minute)},
+			CircuitBreaker: Breaker{Failures: 5, OpenFor: Duration(5 * time.Second), MaxOpenFor: Duration(30 * time.Second)},
 		},
 		Server: Server{Listen: "0.0.0.0:9091"},
 		Log:    Log{Format: "json", Level: "debug"},

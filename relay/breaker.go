@@ -37,7 +37,7 @@ type BreakerOptions struct {
 	Failures int
 	// OpenFor is how long the breaker stays open before it lets one probe
 	// batch through (5s); it doubles after each failed probe up to
-	// MaxOpenFor (60s).
+	// MaxOpenFor (30s).
 	OpenFor    time.Duration
 	MaxOpenFor time.Duration
 }
@@ -50,7 +50,7 @@ func (o *BreakerOptions) setDefaults() {
 		o.OpenFor = 5 * time.Second
 	}
 	if o.MaxOpenFor < o.OpenFor {
-		o.MaxOpenFor = max(o.OpenFor, time.Minute)
+		o.MaxOpenFor = max(o.OpenFor, 30*time.Second)
 	}
 }
 

@@ -25,12 +25,13 @@ type Options struct {
 	NATSURL     string // "" = an embedded nats-server on a random port
 	Binary      string // the queuebox binary started for relay replicas
 
-	Rows        int   // rows per drain (100,000)
-	Keys        int   // keys of the keyed variant (1,000)
-	PayloadSize int   // bytes (200)
-	BatchSize   int   // relay.batchSize and the bare loop's batch (1,000)
-	Concurrency int   // HTTP requests in flight, relay and bare (16)
-	Replicas    []int // relay processes per drain ({1, 3})
+	Rows        int    // rows per drain (100,000)
+	Keys        int    // keys of the keyed variant (1,000)
+	PayloadSize int    // bytes (200)
+	BatchSize   int    // relay.batchSize and the bare loop's batch (1,000)
+	Concurrency int    // HTTP requests in flight, relay and bare (16)
+	ClaimMode   string // relay.claimMode of the relay replicas: lease (default) or lock
+	Replicas    []int  // relay processes per drain ({1, 3})
 	Cases       []string
 
 	Rate       int           // offered load of the latency case, rows/s (2,000)
@@ -356,7 +357,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	if err := s.insert(ctx, topic, o.Rows, keysOf(o, keyed), o.PayloadSize); err != nil {
 		return fail(err)
 	}
-	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, Dest: dest,
+	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, ClaimMode: o.ClaimMode, Dest: dest,
 		NATSURL: w.natsURL, Subject: topic, HookURL: w.hookURL + "/hooks/{{ topic }}"}
 	var wait func() (time.Time, error)
 	switch dest {

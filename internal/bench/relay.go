@@ -39,12 +39,16 @@ type relayConfig struct {
 	Stream      string
 	HookURL     string
 	Notify      string // channel; "" = poll
+	ClaimMode   string // relay.claimMode; "" = auto (lease on the bundled table)
 }
 
 func (c relayConfig) yaml() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "database:\n  type: postgresql\n  url: %q\n  outboxTable: outbox\n", c.DatabaseURL)
 	fmt.Fprintf(&b, "relay:\n  batchSize: %d\n  concurrency: %d\n", c.BatchSize, c.Concurrency)
+	if c.ClaimMode != "" {
+		fmt.Fprintf(&b, "  claimMode: %s\n", c.ClaimMode)
+	}
 	if c.Notify != "" {
 		fmt.Fprintf(&b, "  notify: {channel: %q, createTrigger: true}\n", c.Notify)
 	}
