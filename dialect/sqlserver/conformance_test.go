@@ -258,3 +258,31 @@ func (h *harness) ExpireLease(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// The operator tests of dialecttest (stats, dead list, replay, purge) run
+// through the same TestSQLServerConformance: they need the dialect to be a
+// dialect.Inspector and dialect.Purger, and the harness to be an Ager (for
+// the retention test). Hold is PostgreSQL-only, so the harness is no
+// HoldHarness and the two held-key tests skip.
+var (
+	_ dialecttest.Ager  = (*harness)(nil)
+	_ dialect.Inspector = (*Dialect)(nil)
+	_ dialect.Purger    = (*Dialect)(nil)
+)
+
+// Age moves the row's created_at, scheduled_at and updated_at back by by
+// (whole seconds; DATEADD takes an INT).
+func (h *harness) Age(ctx context.Context, id string, by time.Duration) error {
+	res, err := h.db.ExecContext(ctx, `UPDATE outbox
+SET created_at = DATEADD(second, -@s, created_at),
+    scheduled_at = DATEADD(second, -@s, scheduled_at),
+    updated_at = DATEADD(second, -@s, updated_at)
+WHERE id = @id`, sql.Named("s", int32(by/time.Second)), sql.Named("id", id))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("age: no row %s (%v)", id, err)
+	}
+	return nil
+}

@@ -45,8 +45,9 @@ const claimAttempts = 3
 
 var _ dialect.Dialect = (*Dialect)(nil)
 
-// Dialect is the SQL Server dialect: the delivery-path SQL rendered for one
-// mapping, run on a database/sql pool of the go-mssqldb driver.
+// Dialect is the SQL Server dialect: the delivery-path and operator SQL
+// rendered for one mapping, run on a database/sql pool of the go-mssqldb
+// driver.
 type Dialect struct {
 	db      *sql.DB
 	mapping dialect.Mapping
@@ -117,6 +118,16 @@ func Render(m dialect.Mapping) (map[string]string, error) {
 			return nil, fmt.Errorf("sqlserver: identifier %q is longer than %d characters", ident, maxIdentLen)
 		}
 	}
+	// SQL Server has lease mode only (no lock mode): the claim columns and a
+	// processing state are required here, whatever else the table lacks.
+	for _, c := range dialect.LeaseColumns {
+		if !m.Has(c) {
+			return nil, fmt.Errorf("sqlserver: the table needs a %s column (the SQL Server dialect claims with leases only; the lease columns are %v)", c, dialect.LeaseColumns)
+		}
+	}
+	if !m.HasState(outbox.StateProcessing) {
+		return nil, errors.New("sqlserver: the table needs a processing state value (the SQL Server dialect claims with leases only)")
+	}
 	data := struct{ Table string }{Table: m.Table(QuoteIdent)}
 	funcs := template.FuncMap{
 		"col": func(logical string) (string, error) {
@@ -127,6 +138,12 @@ func Render(m dialect.Mapping) (map[string]string, error) {
 			return QuoteIdent(c), nil
 		},
 		"has": m.Has,
+		// optional: the optional columns the claim's CTE carries when the
+		// table has them, in a fixed order.
+		"optional": func() []string {
+			return []string{dialect.ColKey, dialect.ColHeaders, dialect.ColAggregateType, dialect.ColAttempt,
+				dialect.ColMaxAttempts, dialect.ColCreatedAt, dialect.ColScheduledAt, dialect.ColUpdatedAt}
+		},
 		"state": func(s string) (string, error) {
 			v := m.State(outbox.State(s))
 			if v == "" {

@@ -19,6 +19,10 @@
 -- locks and wait only for rows being written. The readiness condition is
 -- repeated in the UPDATE's WHERE, against the locked row.
 --
+-- Optional columns the table lacks (has) are left out: without key every
+-- row is a head, without scheduledAt every pending row is due, and the
+-- OUTPUT returns the same defaults as the PostgreSQL dialect.
+--
 -- The UPDATE targets the CTE, so the table is read once and only the rows
 -- the scan locked are written. OUTPUT goes INTO a table variable (an OUTPUT
 -- without INTO is refused on tables that have triggers).
@@ -38,13 +42,15 @@ DECLARE @claimed TABLE (
 
 WITH candidates AS (
     SELECT TOP (@limit)
-           c.{{ col "id" }}, c.{{ col "topic" }}, c.{{ col "key" }}, c.{{ col "payload" }},
-           c.{{ col "headers" }}, c.{{ col "aggregateType" }}, c.{{ col "state" }}, c.{{ col "attempt" }},
-           c.{{ col "maxAttempts" }}, c.{{ col "sequence" }}, c.{{ col "createdAt" }}, c.{{ col "scheduledAt" }},
-           c.{{ col "updatedAt" }}, c.{{ col "claimedAt" }}, c.{{ col "claimToken" }}, c.{{ col "leaseExpiresAt" }}
+           c.{{ col "id" }}, c.{{ col "topic" }}, c.{{ col "payload" }}, c.{{ col "state" }}, c.{{ col "sequence" }},
+{{- range $c := optional }}{{ if has $c }} c.{{ col $c }},{{ end }}{{ end }}
+           c.{{ col "claimedAt" }}, c.{{ col "claimToken" }}, c.{{ col "leaseExpiresAt" }}
     FROM {{ .Table }} AS c WITH (UPDLOCK, READPAST, ROWLOCK)
     WHERE c.{{ col "state" }} = {{ state "pending" }}
+{{- if has "scheduledAt" }}
       AND c.{{ col "scheduledAt" }} <= SYSUTCDATETIME()
+{{- end }}
+{{- if has "key" }}
       AND (c.{{ col "key" }} IS NULL OR c.{{ col "key" }} = N''
            OR NOT EXISTS (
                SELECT 1
@@ -53,28 +59,34 @@ WITH candidates AS (
                  AND b.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
                  AND b.{{ col "sequence" }} <= c.{{ col "sequence" }}
                  AND (b.{{ col "sequence" }} < c.{{ col "sequence" }} OR b.{{ col "id" }} < c.{{ col "id" }})))
+{{- end }}
     ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
 )
 UPDATE candidates
 SET {{ col "state" }} = {{ state "processing" }},
     {{ col "claimToken" }} = @token,
     {{ col "claimedAt" }} = SYSUTCDATETIME(),
-    {{ col "leaseExpiresAt" }} = DATEADD(millisecond, CONVERT(INT, @lease_ms), SYSUTCDATETIME()),
+    {{ col "leaseExpiresAt" }} = DATEADD(millisecond, CONVERT(INT, @lease_ms), SYSUTCDATETIME())
+{{- if has "updatedAt" }},
     {{ col "updatedAt" }} = SYSUTCDATETIME()
+{{- end }}
 OUTPUT LOWER(CONVERT(NVARCHAR(36), inserted.{{ col "id" }})),
        inserted.{{ col "topic" }},
-       inserted.{{ col "key" }},
+       {{ if has "key" }}inserted.{{ col "key" }}{{ else }}NULL{{ end }},
        CONVERT(NVARCHAR(MAX), inserted.{{ col "payload" }}),
-       CONVERT(NVARCHAR(MAX), inserted.{{ col "headers" }}),
-       inserted.{{ col "aggregateType" }},
-       inserted.{{ col "attempt" }},
-       inserted.{{ col "maxAttempts" }},
+       {{ if has "headers" }}CONVERT(NVARCHAR(MAX), inserted.{{ col "headers" }}){{ else }}NULL{{ end }},
+       {{ if has "aggregateType" }}inserted.{{ col "aggregateType" }}{{ else }}NULL{{ end }},
+       {{ if has "attempt" }}inserted.{{ col "attempt" }}{{ else }}0{{ end }},
+       {{ if not (has "attempt") }}1{{ else if has "maxAttempts" }}inserted.{{ col "maxAttempts" }}{{ else }}0{{ end }},
        inserted.{{ col "sequence" }},
-       inserted.{{ col "createdAt" }},
-       inserted.{{ col "scheduledAt" }}
+       {{ if has "createdAt" }}inserted.{{ col "createdAt" }}{{ else }}SYSUTCDATETIME(){{ end }},
+       {{ if has "scheduledAt" }}inserted.{{ col "scheduledAt" }}{{ else }}SYSUTCDATETIME(){{ end }}
 INTO @claimed (id, topic, message_key, payload, headers, aggregate_type, attempt, max_attempts, sequence, created_at, scheduled_at)
 WHERE candidates.{{ col "state" }} = {{ state "pending" }}
+{{- if has "scheduledAt" }}
   AND candidates.{{ col "scheduledAt" }} <= SYSUTCDATETIME()
+{{- end }}
+{{- if has "key" }}
   AND (candidates.{{ col "key" }} IS NULL OR candidates.{{ col "key" }} = N''
        OR NOT EXISTS (
            SELECT 1
@@ -82,7 +94,8 @@ WHERE candidates.{{ col "state" }} = {{ state "pending" }}
            WHERE b.{{ col "key" }} = candidates.{{ col "key" }}
              AND b.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
              AND b.{{ col "sequence" }} <= candidates.{{ col "sequence" }}
-             AND (b.{{ col "sequence" }} < candidates.{{ col "sequence" }} OR b.{{ col "id" }} < candidates.{{ col "id" }})));
+             AND (b.{{ col "sequence" }} < candidates.{{ col "sequence" }} OR b.{{ col "id" }} < candidates.{{ col "id" }})))
+{{- end }};
 
 SELECT id, topic, message_key, payload, headers, aggregate_type, attempt, max_attempts, sequence, created_at, scheduled_at
 FROM @claimed;

@@ -4,12 +4,16 @@
 -- on the row as a record of which claim delivered it; the lease is cleared.
 UPDATE o
 SET {{ col "state" }} = {{ state "sent" }},
-    {{ col "leaseExpiresAt" }} = NULL,
+{{- if has "lastError" }}
     {{ col "lastError" }} = NULL,
+{{- end }}
 {{- if has "sentAt" }}
     {{ col "sentAt" }} = SYSUTCDATETIME(),
 {{- end }}
-    {{ col "updatedAt" }} = SYSUTCDATETIME()
+{{- if has "updatedAt" }}
+    {{ col "updatedAt" }} = SYSUTCDATETIME(),
+{{- end }}
+    {{ col "leaseExpiresAt" }} = NULL
 FROM {{ .Table }} AS o
 WHERE o.{{ col "id" }} IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j)
   AND o.{{ col "claimToken" }} = @token

@@ -4,10 +4,16 @@
 -- lease is cleared. A dead row no longer blocks its key.
 UPDATE o
 SET {{ col "state" }} = {{ state "dead" }},
+{{- if has "attempt" }}
     {{ col "attempt" }} = d.item_attempt,
+{{- end }}
+{{- if has "lastError" }}
     {{ col "lastError" }} = d.item_error,
-    {{ col "leaseExpiresAt" }} = NULL,
-    {{ col "updatedAt" }} = SYSUTCDATETIME()
+{{- end }}
+{{- if has "updatedAt" }}
+    {{ col "updatedAt" }} = SYSUTCDATETIME(),
+{{- end }}
+    {{ col "leaseExpiresAt" }} = NULL
 FROM {{ .Table }} AS o
 JOIN OPENJSON(@items) WITH (
          item_id      UNIQUEIDENTIFIER '$.id',

@@ -7,8 +7,10 @@ UPDATE o
 SET {{ col "state" }} = {{ state "pending" }},
     {{ col "claimToken" }} = NULL,
     {{ col "claimedAt" }} = NULL,
-    {{ col "leaseExpiresAt" }} = NULL,
+    {{ col "leaseExpiresAt" }} = NULL
+{{- if has "updatedAt" }},
     {{ col "updatedAt" }} = SYSUTCDATETIME()
+{{- end }}
 FROM {{ .Table }} AS o
 WHERE o.{{ col "id" }} IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j)
   AND o.{{ col "claimToken" }} = @token

@@ -5,7 +5,7 @@
 WITH expired AS (
     SELECT TOP (@limit)
            e.{{ col "state" }}, e.{{ col "claimToken" }}, e.{{ col "claimedAt" }},
-           e.{{ col "leaseExpiresAt" }}, e.{{ col "updatedAt" }}
+           e.{{ col "leaseExpiresAt" }}{{ if has "updatedAt" }}, e.{{ col "updatedAt" }}{{ end }}
     FROM {{ .Table }} AS e WITH (UPDLOCK, READPAST, ROWLOCK)
     WHERE e.{{ col "state" }} = {{ state "processing" }}
       AND e.{{ col "leaseExpiresAt" }} <= SYSUTCDATETIME()
@@ -15,7 +15,9 @@ UPDATE expired
 SET {{ col "state" }} = {{ state "pending" }},
     {{ col "claimToken" }} = NULL,
     {{ col "claimedAt" }} = NULL,
-    {{ col "leaseExpiresAt" }} = NULL,
+    {{ col "leaseExpiresAt" }} = NULL
+{{- if has "updatedAt" }},
     {{ col "updatedAt" }} = SYSUTCDATETIME()
+{{- end }}
 WHERE expired.{{ col "state" }} = {{ state "processing" }}
   AND expired.{{ col "leaseExpiresAt" }} <= SYSUTCDATETIME();

@@ -4,13 +4,21 @@
 -- The claim is cleared.
 UPDATE o
 SET {{ col "state" }} = {{ state "pending" }},
+{{- if has "attempt" }}
     {{ col "attempt" }} = r.item_attempt,
+{{- end }}
+{{- if has "scheduledAt" }}
     {{ col "scheduledAt" }} = DATEADD(millisecond, r.item_delay_ms, SYSUTCDATETIME()),
+{{- end }}
+{{- if has "lastError" }}
     {{ col "lastError" }} = r.item_error,
+{{- end }}
+{{- if has "updatedAt" }}
+    {{ col "updatedAt" }} = SYSUTCDATETIME(),
+{{- end }}
     {{ col "claimToken" }} = NULL,
     {{ col "claimedAt" }} = NULL,
-    {{ col "leaseExpiresAt" }} = NULL,
-    {{ col "updatedAt" }} = SYSUTCDATETIME()
+    {{ col "leaseExpiresAt" }} = NULL
 FROM {{ .Table }} AS o
 JOIN OPENJSON(@items) WITH (
          item_id       UNIQUEIDENTIFIER '$.id',

@@ -4,9 +4,9 @@
 -- on the row as a record of which claim delivered it; the lease is cleared.
 UPDATE o
 SET [state] = N'sent',
-    [lease_expires_at] = NULL,
     [last_error] = NULL,
-    [updated_at] = SYSUTCDATETIME()
+    [updated_at] = SYSUTCDATETIME(),
+    [lease_expires_at] = NULL
 FROM [outbox] AS o
 WHERE o.[id] IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j)
   AND o.[claim_token] = @token

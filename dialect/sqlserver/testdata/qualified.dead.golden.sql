@@ -6,8 +6,8 @@ UPDATE o
 SET [state] = N'dead',
     [attempt] = d.item_attempt,
     [last_error] = d.item_error,
-    [lease_expires_at] = NULL,
-    [updated_at] = SYSUTCDATETIME()
+    [updated_at] = SYSUTCDATETIME(),
+    [lease_expires_at] = NULL
 FROM [dbo].[outbox] AS o
 JOIN OPENJSON(@items) WITH (
          item_id      UNIQUEIDENTIFIER '$.id',

@@ -19,6 +19,10 @@
 -- locks and wait only for rows being written. The readiness condition is
 -- repeated in the UPDATE's WHERE, against the locked row.
 --
+-- Optional columns the table lacks (has) are left out: without key every
+-- row is a head, without scheduledAt every pending row is due, and the
+-- OUTPUT returns the same defaults as the PostgreSQL dialect.
+--
 -- The UPDATE targets the CTE, so the table is read once and only the rows
 -- the scan locked are written. OUTPUT goes INTO a table variable (an OUTPUT
 -- without INTO is refused on tables that have triggers).
@@ -38,10 +42,8 @@ DECLARE @claimed TABLE (
 
 WITH candidates AS (
     SELECT TOP (@limit)
-           c.[id], c.[order], c.[key], c.[payload],
-           c.[headers], c.[user], c.[select], c.[attempt],
-           c.[max_attempts], c.[sequence], c.[created_at], c.[scheduled_at],
-           c.[updated_at], c.[claimed_at], c.[claim_token], c.[lease_expires_at]
+           c.[id], c.[order], c.[payload], c.[select], c.[sequence], c.[key], c.[headers], c.[user], c.[attempt], c.[max_attempts], c.[created_at], c.[scheduled_at], c.[updated_at],
+           c.[claimed_at], c.[claim_token], c.[lease_expires_at]
     FROM [order] AS c WITH (UPDLOCK, READPAST, ROWLOCK)
     WHERE c.[select] = N'pending'
       AND c.[scheduled_at] <= SYSUTCDATETIME()

@@ -7,10 +7,10 @@ SET [select] = N'pending',
     [attempt] = r.item_attempt,
     [scheduled_at] = DATEADD(millisecond, r.item_delay_ms, SYSUTCDATETIME()),
     [last_error] = r.item_error,
+    [updated_at] = SYSUTCDATETIME(),
     [claim_token] = NULL,
     [claimed_at] = NULL,
-    [lease_expires_at] = NULL,
-    [updated_at] = SYSUTCDATETIME()
+    [lease_expires_at] = NULL
 FROM [order] AS o
 JOIN OPENJSON(@items) WITH (
          item_id       UNIQUEIDENTIFIER '$.id',

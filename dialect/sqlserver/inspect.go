@@ -1,0 +1,300 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// The operator surface. Hold (relay.onDead: hold) is PostgreSQL-only, so
+// this dialect implements dialect.Inspector and dialect.Purger but not
+// dialect.KeyReleaser; its dead_release and stats_held_keys statements
+// exist for query-set parity and select nothing.
+var (
+	_ dialect.Inspector = (*Dialect)(nil)
+	_ dialect.Purger    = (*Dialect)(nil)
+)
+
+// DefaultReplayBatch is the number of rows a replay reads and moves per
+// statement when ReplayParams.BatchSize is 0 (the PostgreSQL dialect's
+// default too).
+const DefaultReplayBatch = 500
+
+// deadListPage is the most rows DeadList reads per statement while it
+// filters by topic pattern in Go.
+const deadListPage = 500
+
+// Stats implements dialect.Inspector. The counts and the oldest age are one
+// statement; the backlog per topic is read only when asked for (TopTopics >
+// 0). HeldKeys is always empty: this dialect never holds a key.
+func (d *Dialect) Stats(ctx context.Context, p dialect.StatsParams) (dialect.Stats, error) {
+	var (
+		st                            dialect.Stats
+		pending, processing, sent, dd int64
+		oldestMS                      int64
+	)
+	if err := d.db.QueryRowContext(ctx, d.queries["stats_counts"]).Scan(&pending, &processing, &sent, &dd, &oldestMS); err != nil {
+		return st, interpretError("stats_counts", err)
+	}
+	st.ByState = map[string]int64{
+		string(outbox.StatePending):    pending,
+		string(outbox.StateProcessing): processing,
+		string(outbox.StateSent):       sent,
+		string(outbox.StateDead):       dd,
+	}
+	st.OldestPendingAge = msDuration(oldestMS)
+	if p.TopTopics > 0 {
+		rows, err := d.db.QueryContext(ctx, d.queries["stats_backlog"], sql.Named("n", int64(p.TopTopics)))
+		if err != nil {
+			return st, interpretError("stats_backlog", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				b  dialect.TopicBacklog
+				ms int64
+			)
+			if err := rows.Scan(&b.Topic, &b.Pending, &ms); err != nil {
+				return st, interpretError("stats_backlog", err)
+			}
+			b.OldestPendingAge = msDuration(ms)
+			st.Backlog = append(st.Backlog, b)
+		}
+		if err := rows.Err(); err != nil {
+			return st, interpretError("stats_backlog", err)
+		}
+	}
+	return st, nil
+}
+
+func msDuration(ms int64) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// nullText is SQL NULL for "" (the statements read NULL as "any").
+func nullText(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// nullTime is SQL NULL for the zero time, else the time in UTC (the driver
+// sends it as DATETIMEOFFSET; the statements compare it in UTC).
+func nullTime(t time.Time) sql.NullTime { return sql.NullTime{Time: t.UTC(), Valid: !t.IsZero()} }
+
+// DeadList implements dialect.Inspector. A Limit of 0 or less means 50.
+// With a topic pattern the statement narrows the rows by a LIKE superset of
+// the pattern and DeadList keeps the rows the router pattern matches,
+// reading further pages (newest first, each starting after the last row of
+// the one before) until it has Limit rows or the dead rows run out.
+func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dialect.DeadRow, error) {
+	topic, err := parseTopicFilter(p.TopicPattern)
+	if err != nil {
+		return nil, err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	page := limit
+	if topic.set {
+		page = max(limit, deadListPage)
+	}
+	var (
+		out          []dialect.DeadRow
+		afterUpdated sql.NullTime
+		afterSeq     sql.NullInt64
+	)
+	for {
+		rows, err := d.db.QueryContext(ctx, d.queries["dead_list"],
+			sql.Named("n", int64(page)), sql.Named("topic_like", topic.param()), sql.Named("key", nullText(p.Key)),
+			sql.Named("since", nullTime(p.Since)), sql.Named("after_updated", afterUpdated), sql.Named("after_seq", afterSeq))
+		if err != nil {
+			return nil, interpretError("dead_list", err)
+		}
+		n := 0
+		for rows.Next() {
+			var (
+				row          dialect.DeadRow
+				key, lastErr sql.NullString
+				updated      sql.NullTime
+				seq          int64
+			)
+			if err := rows.Scan(&row.ID, &row.Topic, &key, &row.Attempt, &lastErr, &updated, &row.Held, &seq); err != nil {
+				rows.Close()
+				return nil, interpretError("dead_list", err)
+			}
+			n++
+			afterUpdated = sql.NullTime{Time: updated.Time.UTC(), Valid: updated.Valid}
+			afterSeq = sql.NullInt64{Int64: seq, Valid: true}
+			if !topic.match(row.Topic) || len(out) == limit {
+				continue
+			}
+			row.Key, row.LastError = key.String, lastErr.String
+			if updated.Valid {
+				row.UpdatedAt = updated.Time.UTC()
+			}
+			out = append(out, row)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, interpretError("dead_list", err)
+		}
+		if len(out) >= limit || n < page {
+			return out, nil
+		}
+	}
+}
+
+// Replay implements dialect.Inspector. It reads the ids of the selected
+// rows in (sequence, id) order, one page of BatchSize rows per statement
+// (each page starting after the last row of the one before), keeps those
+// whose topic the router pattern matches, and moves each page's ids with
+// one short statement (and transaction) that re-checks the state, so that
+// a row that changed in between is left alone.
+func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, error) {
+	if p.Empty() {
+		return 0, outbox.Permanent(dialect.ErrNoSelector)
+	}
+	var state string
+	switch p.State {
+	case "", string(outbox.StateDead):
+		state = d.mapping.State(outbox.StateDead)
+	case string(outbox.StateSent):
+		state = d.mapping.State(outbox.StateSent)
+	default:
+		return 0, outbox.Permanent(fmt.Errorf("replay: state %q: want dead or sent", p.State))
+	}
+	topic, err := parseTopicFilter(p.TopicPattern)
+	if err != nil {
+		return 0, err
+	}
+	var ids sql.NullString
+	if len(p.IDs) > 0 {
+		canon := make([]string, len(p.IDs))
+		for i, id := range p.IDs {
+			u, err := uuid.Parse(id)
+			if err != nil {
+				return 0, outbox.Permanent(fmt.Errorf("replay: id %q is not a UUID", truncate([]byte(id))))
+			}
+			canon[i] = u.String()
+		}
+		doc, err := json.Marshal(canon)
+		if err != nil {
+			return 0, err
+		}
+		ids = sql.NullString{String: string(doc), Valid: true}
+	}
+	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Until.After(p.Since) {
+		return 0, outbox.Permanent(fmt.Errorf("replay: until (%s) is not after since (%s)", p.Until.Format(time.RFC3339), p.Since.Format(time.RFC3339)))
+	}
+	batch := p.BatchSize
+	if batch <= 0 {
+		batch = DefaultReplayBatch
+	}
+	var (
+		moved    int64
+		afterSeq sql.NullInt64
+		afterID  sql.NullString
+	)
+	for {
+		selected, n, err := d.replayPage(ctx, batch, state, ids, topic, p, &afterSeq, &afterID)
+		if err != nil {
+			return moved, err
+		}
+		if p.DryRun {
+			moved += int64(len(selected))
+		} else if len(selected) > 0 {
+			doc, err := json.Marshal(selected)
+			if err != nil {
+				return moved, err
+			}
+			k, err := d.exec(ctx, "replay", sql.Named("state", state), sql.Named("ids", string(doc)))
+			moved += k
+			if err != nil {
+				return moved, err
+			}
+		}
+		if n < batch {
+			return moved, nil
+		}
+	}
+}
+
+// replayPage reads one page of replay_select after the cursor, advances the
+// cursor, and returns the ids on the page whose topic matches and how many
+// rows the page had.
+func (d *Dialect) replayPage(ctx context.Context, batch int, state string, ids sql.NullString, topic topicFilter,
+	p dialect.ReplayParams, afterSeq *sql.NullInt64, afterID *sql.NullString) ([]string, int, error) {
+	rows, err := d.db.QueryContext(ctx, d.queries["replay_select"],
+		sql.Named("n", int64(batch)), sql.Named("state", state), sql.Named("ids", ids),
+		sql.Named("topic_like", topic.param()), sql.Named("key", nullText(p.Key)),
+		sql.Named("since", nullTime(p.Since)), sql.Named("until", nullTime(p.Until)),
+		sql.Named("after_seq", *afterSeq), sql.Named("after_id", *afterID))
+	if err != nil {
+		return nil, 0, interpretError("replay_select", err)
+	}
+	defer rows.Close()
+	var (
+		out []string
+		n   int
+	)
+	for rows.Next() {
+		var (
+			id, t string
+			seq   int64
+		)
+		if err := rows.Scan(&id, &t, &seq); err != nil {
+			return nil, 0, interpretError("replay_select", err)
+		}
+		n++
+		*afterSeq = sql.NullInt64{Int64: seq, Valid: true}
+		*afterID = sql.NullString{String: id, Valid: true}
+		if topic.match(t) {
+			out = append(out, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, interpretError("replay_select", err)
+	}
+	return out, n, nil
+}
+
+// maxAgeSeconds bounds PurgeParams.OlderThan to what DATEADD(second, ...)
+// takes (an INT, about 68 years).
+const maxAgeSeconds = math.MaxInt32
+
+// Purge implements dialect.Purger: one statement that deletes up to Limit
+// rows, skipping rows locked by someone else.
+func (d *Dialect) Purge(ctx context.Context, p dialect.PurgeParams) (int64, error) {
+	var state string
+	switch p.State {
+	case string(outbox.StateSent):
+		state = d.mapping.State(outbox.StateSent)
+	case string(outbox.StateDead):
+		state = d.mapping.State(outbox.StateDead)
+	default:
+		return 0, outbox.Permanent(fmt.Errorf("purge: state %q: only sent and dead rows are purged", p.State))
+	}
+	if p.Limit <= 0 || p.OlderThan < 0 {
+		return 0, nil
+	}
+	ms := millis(p.OlderThan)
+	ageS, ageMS := min(ms/1000, maxAgeSeconds), ms%1000
+	if ms/1000 > maxAgeSeconds {
+		ageMS = 0
+	}
+	return d.exec(ctx, "purge", sql.Named("state", state), sql.Named("age_s", int32(ageS)),
+		sql.Named("age_ms", int32(ageMS)), sql.Named("limit", int64(p.Limit)))
+}
