@@ -192,11 +192,18 @@ func (e *Engine) worker(ctx context.Context, id int) {
 				return
 			}
 			log.Error("claim failed; retrying", "err", err, "retry_in", e.idleWait(0, empty))
-		case n > 0:
-			// Rows were ready: more probably are. Claim again at once,
-			// and let idle siblings help.
+		case n >= e.opt.BatchSize:
+			// A full batch: more rows are probably ready. Claim again at
+			// once, and let idle siblings help.
 			empty = 0
 			e.wakeAll()
+			continue
+		case n > 0:
+			// A partial batch: this worker claims again as soon as it is
+			// done (its rows' keys are free again then), but siblings are
+			// not woken: they would find the same heads in flight and scan
+			// for nothing.
+			empty = 0
 			continue
 		default:
 			empty++
@@ -213,8 +220,8 @@ func (e *Engine) worker(ctx context.Context, id int) {
 // quiet, then backs off, doubling up to MaxPollInterval: an empty table
 // costs a few queries per second, and a burst after a quiet spell waits at
 // most MaxPollInterval (or nothing, with a Wake source). The other workers
-// only poll every MaxPollInterval while idle: worker 0 wakes them when it
-// finds rows.
+// only poll every MaxPollInterval while idle: a worker that claims a full
+// batch wakes them.
 func (e *Engine) idleWait(id, empty int) time.Duration {
 	if id > 0 {
 		return e.opt.MaxPollInterval
