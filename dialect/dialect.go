@@ -48,6 +48,13 @@ type ClaimParams struct {
 	Token string        // fencing token, a UUID chosen by the caller
 	Limit int           // the most rows to claim
 	Lease time.Duration // lease length from the database's now()
+	// Window bounds the candidate scan: when positive, only pending rows
+	// whose sequence is less than Window above the first due pending
+	// row's are considered, so that a claim that finds every head in
+	// flight gives up after about Window rows instead of walking the whole
+	// backlog. 0 considers every pending row. A dialect that cannot bound
+	// its scan may ignore it (the result is then a superset, never wrong).
+	Window int
 }
 
 // RenewParams are the inputs of Dialect.Renew.

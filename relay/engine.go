@@ -96,6 +96,7 @@ type Engine struct {
 	obs    Observer
 	// breakers holds one circuit breaker per destination.
 	breakers map[string]*breaker
+	policy   claimPolicy
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed and replaced to wake every idle worker
@@ -262,7 +263,7 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
 	// lease expired. A claimed batch is then delivered within the shutdown
 	// window like any other.
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
-	msgs, err := e.db.Claim(claimCtx, dialect.ClaimParams{Token: token, Limit: e.opt.BatchSize, Lease: e.opt.Lease})
+	msgs, err := e.claim(claimCtx, token)
 	cancel()
 	e.obs.Claimed(len(msgs), time.Since(start), err)
 	if err != nil {
@@ -271,6 +272,8 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
+	e.policy.inflight.Add(1)
+	defer e.policy.inflight.Add(-1)
 	e.deliver(ctx, log, token, msgs)
 	return len(msgs), nil
 }

@@ -44,6 +44,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"OneRowPerKeyPerClaim", testOneRowPerKey},
 		{"NullAndEmptyKeysUnordered", testUnkeyed},
 		{"EmptyInputs", testEmptyInputs},
+		{"ClaimWindow", testClaimWindow},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

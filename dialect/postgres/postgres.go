@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"text/template"
 	"time"
 
@@ -41,30 +40,12 @@ type Dialect struct {
 	mapping dialect.Mapping
 	opts    options
 	queries map[string]string
-
-	// The unbounded claim's backoff (see Claim).
-	scanMu    sync.Mutex
-	scanAfter time.Time
-	scanWait  time.Duration
-	inflight  map[string]int // claimed rows not yet settled, by claim token
 }
 
-// The bounded claim (docs/claim.md, "Bounding the candidate scan").
-const (
-	// claimWindowEnabled switches the bounded claim on (false: every claim
-	// is the unbounded one, as before issue 8).
-	claimWindowEnabled = true
-	claimWindowQuery   = "claim#window"
-	// claimWindowFactor × the batch size is the window, in sequence
-	// numbers from the first due pending row, that the bounded claim
-	// considers; at least claimWindowMin.
-	claimWindowFactor = 4
-	claimWindowMin    = 1000
-	// After an unbounded claim that came back short (it walked every
-	// pending row), the next one waits this long, doubling up to the max.
-	fullScanMinWait = time.Second
-	fullScanMaxWait = 30 * time.Second
-)
+// claimWindowQuery is the bounded variant of the claim (claim.sql rendered
+// with .Window; docs/claim.md, "Bounding the candidate scan"), used when
+// ClaimParams.Window is positive.
+const claimWindowQuery = "claim#window"
 
 // Option changes how New renders the SQL.
 type Option func(*options)
@@ -202,48 +183,11 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if p.Lease <= 0 {
 		return nil, errors.New("postgres: claim: lease must be positive")
 	}
-	if !claimWindowEnabled {
-		msgs, err := d.claim(ctx, d.queries["claim"], p, 0)
-		d.track(p.Token, len(msgs))
-		return msgs, err
+	query := d.queries["claim"]
+	if p.Window > 0 {
+		query = d.queries[claimWindowQuery]
 	}
-	window := int64(max(claimWindowFactor*p.Limit, claimWindowMin))
-	msgs, err := d.claim(ctx, d.queries[claimWindowQuery], p, window)
-	if err != nil || len(msgs) > 0 || !d.fullScanDue() {
-		d.track(p.Token, len(msgs))
-		return msgs, err
-	}
-	// The window came back empty. Rows beyond it may be ready while the
-	// window holds only rows of keys whose head is in flight or waiting
-	// for a retry: look at the whole backlog, unless the last look found
-	// it barren (then it costs a walk over every pending row, so it is
-	// rate-limited).
-	msgs, err = d.claim(ctx, d.queries["claim"], p, 0)
-	if err == nil {
-		d.fullScanDone(len(msgs) == p.Limit)
-		d.track(p.Token, len(msgs))
-	}
-	return msgs, err
-}
-
-// track counts n rows claimed (n > 0) or settled (n < 0) under token. It
-// is a hint for fullScanDue: while rows of this process are in flight, an
-// empty window is explained by their keys and a full scan would find
-// nothing new.
-func (d *Dialect) track(token string, n int) {
-	if n == 0 {
-		return
-	}
-	d.scanMu.Lock()
-	defer d.scanMu.Unlock()
-	if d.inflight == nil {
-		d.inflight = map[string]int{}
-	}
-	if c := d.inflight[token] + n; c > 0 {
-		d.inflight[token] = c
-	} else {
-		delete(d.inflight, token)
-	}
+	return d.claim(ctx, query, p, int64(p.Window))
 }
 
 func compareMessages(a, b outbox.Message) int {
@@ -254,27 +198,6 @@ func compareMessages(a, b outbox.Message) int {
 		return 1
 	}
 	return strings.Compare(a.ID, b.ID)
-}
-
-// fullScanDue reports whether an unbounded claim may run now.
-func (d *Dialect) fullScanDue() bool {
-	d.scanMu.Lock()
-	defer d.scanMu.Unlock()
-	return len(d.inflight) == 0 && !time.Now().Before(d.scanAfter)
-}
-
-// fullScanDone records an unbounded claim: a full one (it stopped at its
-// limit, cheaply) resets the backoff, a short one (it walked the whole
-// backlog) doubles it.
-func (d *Dialect) fullScanDone(full bool) {
-	d.scanMu.Lock()
-	defer d.scanMu.Unlock()
-	if full {
-		d.scanWait, d.scanAfter = 0, time.Time{}
-		return
-	}
-	d.scanWait = min(max(2*d.scanWait, fullScanMinWait), fullScanMaxWait)
-	d.scanAfter = time.Now().Add(d.scanWait)
 }
 
 // claim runs one claim query (window > 0: the bounded one).
@@ -361,7 +284,6 @@ func (d *Dialect) Complete(ctx context.Context, p dialect.CompleteParams) (int64
 	if len(p.IDs) == 0 {
 		return 0, nil
 	}
-	d.track(p.Token, -len(p.IDs))
 	return d.exec(ctx, "complete", p.Token, p.IDs)
 }
 
@@ -377,7 +299,6 @@ func (d *Dialect) Retry(ctx context.Context, p dialect.RetryParams) (int64, erro
 	for i, it := range p.Items {
 		ids[i], attempts[i], delays[i], errs[i] = it.ID, int32(it.Attempt), micros(max(it.Delay, 0)), it.Error
 	}
-	d.track(p.Token, -len(p.Items))
 	return d.exec(ctx, "retry", p.Token, ids, attempts, delays, errs)
 }
 
@@ -392,7 +313,6 @@ func (d *Dialect) Dead(ctx context.Context, p dialect.DeadParams) (int64, error)
 	for i, it := range p.Items {
 		ids[i], attempts[i], errs[i] = it.ID, int32(it.Attempt), it.Error
 	}
-	d.track(p.Token, -len(p.Items))
 	return d.exec(ctx, "dead", p.Token, ids, attempts, errs)
 }
 
@@ -401,7 +321,6 @@ func (d *Dialect) Release(ctx context.Context, p dialect.ReleaseParams) (int64, 
 	if len(p.IDs) == 0 {
 		return 0, nil
 	}
-	d.track(p.Token, -len(p.IDs))
 	return d.exec(ctx, "release", p.Token, p.IDs)
 }
 

@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// The claim policy: bounded first, the whole backlog now and then.
+//
+// A claim scans pending rows in sequence order for heads of keys. When
+// every head near the front is in flight (few keys, deep backlogs), an
+// unbounded scan walks the whole backlog to find nothing: 1.5 s at 100,000
+// pending rows (docs/claim.md). So each claim first looks at a window of
+// claimWindowFactor × BatchSize sequence numbers from the first due pending
+// row. The window can miss ready heads further back — when its rows all
+// belong to keys whose head waits for a retry or sits behind an open
+// circuit — so when it comes back empty while this engine has no batch in
+// flight (nothing of ours explains the emptiness), the engine runs the
+// unbounded claim; if that comes back short too, the next unbounded claim
+// waits fullScanMinWait, doubling to fullScanMaxWait.
+const (
+	claimWindowFactor = 4
+	claimWindowMin    = 1000
+	fullScanMinWait   = time.Second
+	fullScanMaxWait   = 30 * time.Second
+)
+
+// claimPolicy holds the state of the claim policy of one engine.
+type claimPolicy struct {
+	inflight atomic.Int64 // batches claimed and not yet settled
+
+	mu        sync.Mutex
+	scanAfter time.Time
+	scanWait  time.Duration
+}
+
+// claim runs the policy: a windowed claim, and the unbounded one when the
+// window was empty and a full scan is due.
+func (e *Engine) claim(ctx context.Context, token string) ([]outbox.Message, error) {
+	p := dialect.ClaimParams{Token: token, Limit: e.opt.BatchSize, Lease: e.opt.Lease,
+		Window: max(claimWindowFactor*e.opt.BatchSize, claimWindowMin)}
+	msgs, err := e.db.Claim(ctx, p)
+	if err != nil || len(msgs) > 0 || !e.policy.fullScanDue() {
+		return msgs, err
+	}
+	p.Window = 0
+	msgs, err = e.db.Claim(ctx, p)
+	if err == nil {
+		e.policy.fullScanDone(len(msgs) == p.Limit)
+	}
+	return msgs, err
+}
+
+// fullScanDue reports whether an unbounded claim may run now: no batch of
+// this engine is in flight and the backoff after a barren one has passed.
+func (c *claimPolicy) fullScanDue() bool {
+	if c.inflight.Load() > 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !time.Now().Before(c.scanAfter)
+}
+
+// fullScanDone records an unbounded claim: a full one (it stopped at its
+// limit, cheaply) resets the backoff, a short one doubles it.
+func (c *claimPolicy) fullScanDone(full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if full {
+		c.scanWait, c.scanAfter = 0, time.Time{}
+		return
+	}
+	c.scanWait = min(max(2*c.scanWait, fullScanMinWait), fullScanMaxWait)
+	c.scanAfter = time.Now().Add(c.scanWait)
+}
