@@ -77,6 +77,22 @@ func newBreaker(opt BreakerOptions) *breaker {
 	return &breaker{opt: opt, now: time.Now, openFor: opt.OpenFor}
 }
 
+// current returns the breaker's state.
+func (b *breaker) current() BreakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
+}
+
+// Circuits returns the state of every destination's circuit breaker.
+func (e *Engine) Circuits() map[string]BreakerState {
+	out := make(map[string]BreakerState, len(e.breakers))
+	for name, b := range e.breakers {
+		out[name] = b.current()
+	}
+	return out
+}
+
 // allow reports whether a publish may go ahead. When it may not, wait is
 // how long until the breaker lets a probe through.
 func (b *breaker) allow() (ok bool, wait time.Duration) {

@@ -88,3 +88,15 @@ func TestBatchUnavailable(t *testing.T) {
 		}
 	}
 }
+
+func TestEngineReportsCircuits(t *testing.T) {
+	e := &Engine{breakers: map[string]*breaker{"a": newBreaker(BreakerOptions{Failures: 1, OpenFor: time.Minute, MaxOpenFor: time.Minute})}}
+	if got := e.Circuits()["a"]; got != BreakerClosed {
+		t.Fatalf("new circuit is %v, want closed", got)
+	}
+	e.breakers["a"].allow()
+	e.breakers["a"].record(true)
+	if got := e.Circuits()["a"]; got != BreakerOpen || got.String() != "open" {
+		t.Fatalf("after a connection-level failure the circuit is %v, want open", got)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/internal/redact"
+	"github.com/queuebox/queuebox/relay"
 )
 
 // healthTimeout bounds each readiness check.
@@ -40,8 +41,9 @@ func (rt *relayRuntime) managementHandler() http.Handler {
 }
 
 type componentHealth struct {
-	Status string `json:"status"`
-	Error  string `json:"error,omitempty"`
+	Status  string `json:"status"`
+	Error   string `json:"error,omitempty"`
+	Circuit string `json:"circuit,omitempty"` // destinations: closed, open or half-open
 }
 
 // ready checks the database and every destination that can be checked, in
@@ -82,6 +84,20 @@ func (rt *relayRuntime) ready(ctx context.Context) (bool, map[string]componentHe
 		}()
 	}
 	wg.Wait()
+	if rt.engine != nil {
+		for name, st := range rt.engine.Circuits() {
+			h := out["destination."+name]
+			if h.Status == "" {
+				h.Status = "up" // no reachability check: the circuit says what is known
+				if st != relay.BreakerClosed {
+					h.Status = "down"
+					allOK = false
+				}
+			}
+			h.Circuit = st.String()
+			out["destination."+name] = h
+		}
+	}
 	return allOK, out
 }
 
