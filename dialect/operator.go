@@ -3,7 +3,10 @@ package dialect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/queuebox/queuebox/outbox"
 )
 
 // ErrNoSelector is returned by Inspector.Replay when no selector is given:
@@ -38,6 +41,17 @@ type Stats struct {
 	HeldKeys         []HeldKey        // keys whose head is dead while later rows wait (onDead: hold)
 }
 
+// CountsByState is Stats.ByState for the four counts of a stats
+// statement.
+func CountsByState(pending, processing, sent, dead int64) map[string]int64 {
+	return map[string]int64{
+		string(outbox.StatePending):    pending,
+		string(outbox.StateProcessing): processing,
+		string(outbox.StateSent):       sent,
+		string(outbox.StateDead):       dead,
+	}
+}
+
 // TopicBacklog is the pending backlog of one topic.
 type TopicBacklog struct {
 	Topic            string
@@ -58,6 +72,18 @@ type DeadListParams struct {
 	Key          string    // exact key; empty: all
 	Since        time.Time // updated at or after; zero: no bound
 	Limit        int
+}
+
+// DefaultDeadListLimit is the number of rows DeadList returns when
+// DeadListParams.Limit is 0 or less.
+const DefaultDeadListLimit = 50
+
+// RowLimit is Limit, or DefaultDeadListLimit when Limit is 0 or less.
+func (p DeadListParams) RowLimit() int {
+	if p.Limit <= 0 {
+		return DefaultDeadListLimit
+	}
+	return p.Limit
 }
 
 // DeadRow is one dead row as the operator sees it.
@@ -87,6 +113,39 @@ func (p ReplayParams) Empty() bool {
 	return len(p.IDs) == 0 && p.TopicPattern == "" && p.Key == "" && p.Since.IsZero() && p.Until.IsZero()
 }
 
+// DefaultReplayBatch is the number of rows a replay moves per statement
+// when ReplayParams.BatchSize is 0 or less.
+const DefaultReplayBatch = 500
+
+// Batch is BatchSize, or DefaultReplayBatch when BatchSize is 0 or less.
+func (p ReplayParams) Batch() int {
+	if p.BatchSize <= 0 {
+		return DefaultReplayBatch
+	}
+	return p.BatchSize
+}
+
+// FromState is the logical state the rows are replayed from: dead (State
+// "" or "dead") or sent. Any other State is a permanent error.
+func (p ReplayParams) FromState() (outbox.State, error) {
+	switch p.State {
+	case "", string(outbox.StateDead):
+		return outbox.StateDead, nil
+	case string(outbox.StateSent):
+		return outbox.StateSent, nil
+	}
+	return "", outbox.Permanent(fmt.Errorf("replay: state %q: want dead or sent", p.State))
+}
+
+// CheckWindow is a permanent error when both Since and Until are set and
+// Until is not after Since.
+func (p ReplayParams) CheckWindow() error {
+	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Until.After(p.Since) {
+		return outbox.Permanent(fmt.Errorf("replay: until (%s) is not after since (%s)", p.Until.Format(time.RFC3339), p.Since.Format(time.RFC3339)))
+	}
+	return nil
+}
+
 // KeyReleaser is implemented by dialects that can hold keys
 // (relay.onDead: hold).
 type KeyReleaser interface {
@@ -101,6 +160,18 @@ type PurgeParams struct {
 	State     string        // "sent" or "dead"; pending and processing rows are never purged
 	OlderThan time.Duration // rows last updated more than this long ago (database clock)
 	Limit     int           // the most rows to delete in this statement
+}
+
+// PurgedState is the logical state to purge: sent or dead. Any other State
+// is a permanent error.
+func (p PurgeParams) PurgedState() (outbox.State, error) {
+	switch p.State {
+	case string(outbox.StateSent):
+		return outbox.StateSent, nil
+	case string(outbox.StateDead):
+		return outbox.StateDead, nil
+	}
+	return "", outbox.Permanent(fmt.Errorf("purge: state %q: only sent and dead rows are purged", p.State))
 }
 
 // Purger deletes old finished rows (retention). It is optional.

@@ -167,15 +167,14 @@ func TestAdoptNatsOutboxTable(t *testing.T) {
 		return countBy(t, w.pg.Pool, `SELECT status, count(*) FROM outbox_events GROUP BY status`)["published"]
 	}
 	testenv.Eventually(t, 60*time.Second, func() bool { return published() >= 600 }, "no progress")
-	_ = a.cmd.Process.Kill() // mid-batch: its open transactions roll back
-	<-a.done
+	a.Kill() // mid-batch: its open transactions roll back
 	if published() == rows {
 		t.Fatal("the relays finished before one could be killed; the test proves nothing")
 	}
 	a2 := startQueuebox(t, "run", "--config", cfg)
 	testenv.Eventually(t, 90*time.Second, func() bool { return published() == rows }, "not every row was published")
-	for _, p := range []*proc{a2, b} {
-		if code := p.stop(syscall.SIGTERM, 20*time.Second); code != 0 {
+	for _, p := range []*testenv.Process{a2, b} {
+		if code := p.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
 			t.Fatalf("exit status after SIGTERM = %d", code)
 		}
 	}
@@ -248,8 +247,8 @@ func TestAdoptTableOfAnotherShape(t *testing.T) {
 		c := countBy(t, w.pg.Pool, `SELECT status, count(*) FROM app_events GROUP BY status`)
 		return c["DONE"] == rows && c["ERROR"] == 1
 	}, "not every row was settled")
-	a.stop(syscall.SIGTERM, 20*time.Second)
-	b.stop(syscall.SIGTERM, 20*time.Second)
+	a.Stop(syscall.SIGTERM, 20*time.Second)
+	b.Stop(syscall.SIGTERM, 20*time.Second)
 	for _, want := range []string{"claim mode lock", "headers (headers) not found", "scheduled_at (scheduledAt) not found"} {
 		if !strings.Contains(a.Logs(), want) {
 			t.Errorf("start log lacks %q", want)

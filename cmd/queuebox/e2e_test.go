@@ -10,14 +10,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,106 +30,21 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "queuebox-e2e-")
+	path, err := testenv.BuildQueueboxOnce()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binPath = filepath.Join(dir, "queuebox")
-	build := exec.Command("go", "build", "-o", binPath, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building queuebox:", err)
-		os.Exit(1)
-	}
+	binPath = path
 	code := m.Run()
-	os.RemoveAll(dir)
+	testenv.RemoveQueuebox()
 	os.Exit(code)
 }
 
-// proc is one running queuebox process.
-type proc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs bytes.Buffer
-	done chan struct{}
-	err  error
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.Write(b)
-}
-
-func (p *proc) Logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-func startQueuebox(t *testing.T, args ...string) *proc {
+// startQueuebox runs the built binary with args for the rest of the test.
+func startQueuebox(t *testing.T, args ...string) *testenv.Process {
 	t.Helper()
-	p := &proc{t: t, done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	p.cmd.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start queuebox: %v", err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("queuebox %v output:\n%s", args, tail(p.Logs(), 40))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// stop sends sig and waits for the exit status.
-func (p *proc) stop(sig os.Signal, within time.Duration) int {
-	p.t.Helper()
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(within):
-		p.t.Fatalf("queuebox did not exit within %v after %v", within, sig)
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-var listenRE = regexp.MustCompile(`management server listening"? addr=(\S+)`)
-
-// managementAddr waits for the process to log its management address.
-func (p *proc) managementAddr() string {
-	p.t.Helper()
-	var addr string
-	testenv.Eventually(p.t, 20*time.Second, func() bool {
-		m := listenRE.FindStringSubmatch(p.Logs())
-		if m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	}, "queuebox logged no management address")
-	return addr
+	return testenv.Start(t, binPath, fmt.Sprint(args), args...)
 }
 
 // receiver is an HTTP endpoint that records every accepted delivery.
@@ -242,24 +154,8 @@ func indent(s string) string {
 // topicOf picks the topic from the row's number within its key.
 func insert(t *testing.T, pool *pgxpool.Pool, n, keys int, topicOf func(n int) string) {
 	t.Helper()
-	ctx := testenv.Context(t, time.Minute)
-	next := make([]int, keys)
-	const chunk = 1000
-	for done := 0; done < n; done += chunk {
-		var topics, ks, payloads []string
-		for i := done; i < min(done+chunk, n); i++ {
-			k := i % keys
-			topics = append(topics, topicOf(next[k]))
-			ks = append(ks, fmt.Sprintf("key-%03d", k))
-			payloads = append(payloads, fmt.Sprintf(`{"n": %d}`, next[k]))
-			next[k]++
-		}
-		_, err := pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload)
-			SELECT t, k, p::jsonb FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY u(t, k, p, o) ORDER BY o`,
-			topics, ks, payloads)
-		if err != nil {
-			t.Fatalf("insert: %v", err)
-		}
+	if err := testenv.InsertKeyed(testenv.Context(t, time.Minute), pool, n, make([]int, keys), topicOf); err != nil {
+		t.Fatalf("insert: %v", err)
 	}
 }
 
@@ -300,20 +196,7 @@ func waitAllSent(t *testing.T, pool *pgxpool.Pool, total int, within time.Durati
 // rowIDs maps every row id to its key and topic.
 func rowIDs(t *testing.T, pool *pgxpool.Pool) map[string][2]string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT id::text, key, topic FROM outbox`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	m := map[string][2]string{}
-	for rows.Next() {
-		var id, k, topic string
-		if err := rows.Scan(&id, &k, &topic); err != nil {
-			t.Fatal(err)
-		}
-		m[id] = [2]string{k, topic}
-	}
-	return m
+	return idsBy(t, pool, `SELECT id::text, key, topic FROM outbox`)
 }
 
 // streamMessages reads the whole stream back in stream order.
@@ -402,7 +285,7 @@ func TestRunDeliversEveryRowInOrder(t *testing.T) {
 	})
 	p := startQueuebox(t, "run", "--config", w.config(t, "pollInterval: 20ms"))
 	waitAllSent(t, w.pg.Pool, 10000, 90*time.Second)
-	if code := p.stop(syscall.SIGTERM, 20*time.Second); code != 0 {
+	if code := p.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
 		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
 	}
 	ids := rowIDs(t, w.pg.Pool)
@@ -427,8 +310,7 @@ func TestKillMidDeliveryLosesNothing(t *testing.T) {
 	cfg := w.config(t, "pollInterval: 20ms\nlease: 2s\nreapInterval: 200ms\nbatchSize: 200")
 	p := startQueuebox(t, "run", "--config", cfg)
 	testenv.Eventually(t, 60*time.Second, func() bool { return countStates(t, w.pg.Pool)["sent"] >= 2000 }, "relay made no progress")
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	p.Kill()
 	before := countStates(t, w.pg.Pool)
 	if before["sent"] == 10000 {
 		t.Fatal("the relay finished before it could be killed; the test proves nothing")
@@ -437,7 +319,7 @@ func TestKillMidDeliveryLosesNothing(t *testing.T) {
 
 	p2 := startQueuebox(t, "run", "--config", cfg)
 	waitAllSent(t, w.pg.Pool, 10000, 90*time.Second)
-	p2.stop(syscall.SIGTERM, 20*time.Second)
+	p2.Stop(syscall.SIGTERM, 20*time.Second)
 	ids := rowIDs(t, w.pg.Pool)
 	got := w.streamMessages(t)
 	if len(got) != 10000 {
@@ -445,8 +327,6 @@ func TestKillMidDeliveryLosesNothing(t *testing.T) {
 	}
 	checkDeliveries(t, "JetStream", got, ids, "order.", false)
 }
-
-var sentRE = regexp.MustCompile(`(?m)^queuebox_deliveries_total\{destination="hooks",outcome="sent"\} (\S+)$`)
 
 // TestTwoReplicasShareTheWork runs two relays on one table: per-key order
 // holds at the receiver and both relays deliver.
@@ -456,11 +336,11 @@ func TestTwoReplicasShareTheWork(t *testing.T) {
 	cfg := w.config(t, "pollInterval: 20ms\nbatchSize: 50\nconcurrency: 8")
 	a := startQueuebox(t, "run", "--config", cfg)
 	b := startQueuebox(t, "run", "--config", cfg)
-	addrA, addrB := a.managementAddr(), b.managementAddr()
+	addrA, addrB := a.ManagementAddr(), b.ManagementAddr()
 	waitAllSent(t, w.pg.Pool, 6000, 120*time.Second)
 	sentA, sentB := scrapeSent(t, addrA), scrapeSent(t, addrB)
-	a.stop(syscall.SIGTERM, 20*time.Second)
-	b.stop(syscall.SIGTERM, 20*time.Second)
+	a.Stop(syscall.SIGTERM, 20*time.Second)
+	b.Stop(syscall.SIGTERM, 20*time.Second)
 	t.Logf("replica A sent %d, replica B sent %d", sentA, sentB)
 	if sentA == 0 || sentB == 0 {
 		t.Fatalf("one replica stayed idle: A sent %d, B sent %d", sentA, sentB)
@@ -473,19 +353,9 @@ func TestTwoReplicasShareTheWork(t *testing.T) {
 
 func scrapeSent(t *testing.T, addr string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("scrape %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := sentRE.FindSubmatch(body)
-	if m == nil {
+	f, ok := testenv.LookupMetric(testenv.Scrape(t, addr), `queuebox_deliveries_total{destination="hooks",outcome="sent"}`)
+	if !ok {
 		t.Fatalf("no queuebox_deliveries_total for hooks/sent in the scrape of %s", addr)
-	}
-	f, err := strconv.ParseFloat(string(m[1]), 64)
-	if err != nil {
-		t.Fatal(err)
 	}
 	return int(f)
 }
@@ -497,7 +367,7 @@ func TestSIGTERMFinishesInFlightRows(t *testing.T) {
 	insert(t, w.pg.Pool, 400, 400, func(int) string { return "hook.created" })
 	p := startQueuebox(t, "run", "--config", w.config(t, "batchSize: 100\nconcurrency: 4\nshutdownTimeout: 20s"))
 	testenv.Eventually(t, 30*time.Second, func() bool { return len(w.hooks.deliveries()) >= 10 }, "no delivery started")
-	if code := p.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
 	}
 	c := countStates(t, w.pg.Pool)

@@ -72,7 +72,7 @@ routes:
 
 	p := startQueuebox(t, "run", "--config", cfg)
 	waitAllSent(t, w.pg.Pool, rows, 90*time.Second)
-	p.stop(syscall.SIGTERM, 20*time.Second)
+	p.Stop(syscall.SIGTERM, 20*time.Second)
 	ids := rowIDs(t, w.pg.Pool)
 	want := map[string]int{}
 	for _, r := range ids {

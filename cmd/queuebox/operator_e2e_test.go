@@ -106,7 +106,7 @@ func TestDeadListAndReplayRoundTrip(t *testing.T) {
 		t.Fatalf("replay exit %d: %s", code, out)
 	}
 	waitAllSent(t, w.pg.Pool, 20, 30*time.Second)
-	p.stop(syscall.SIGTERM, 20*time.Second)
+	p.Stop(syscall.SIGTERM, 20*time.Second)
 	got := recv.deliveries()
 	if len(got) != 20 {
 		t.Fatalf("receiver accepted %d deliveries after the replay, want 20", len(got))
@@ -167,7 +167,7 @@ func TestHeldKeyWaitsForReplay(t *testing.T) {
 		t.Fatalf("replay exit %d: %s", code, out)
 	}
 	waitAllSent(t, w.pg.Pool, 10, 30*time.Second)
-	p.stop(syscall.SIGTERM, 20*time.Second)
+	p.Stop(syscall.SIGTERM, 20*time.Second)
 	got := recv.deliveries()
 	if len(got) != 10 {
 		t.Fatalf("receiver accepted %d deliveries, want 10", len(got))

@@ -21,7 +21,7 @@ var (
 
 // DefaultReplayBatch is the number of rows a replay moves per statement
 // when ReplayParams.BatchSize is 0.
-const DefaultReplayBatch = 500
+const DefaultReplayBatch = dialect.DefaultReplayBatch
 
 // Stats implements dialect.Inspector. The counts and the oldest age are one
 // statement; the backlog per topic and the held keys are read only when
@@ -36,12 +36,7 @@ func (d *Dialect) Stats(ctx context.Context, p dialect.StatsParams) (dialect.Sta
 	if err := d.pool.QueryRow(ctx, d.queries["stats_counts"]).Scan(&pending, &processing, &sent, &dd, &oldest); err != nil {
 		return st, interpretError("stats_counts", err)
 	}
-	st.ByState = map[string]int64{
-		string(outbox.StatePending):    pending,
-		string(outbox.StateProcessing): processing,
-		string(outbox.StateSent):       sent,
-		string(outbox.StateDead):       dd,
-	}
+	st.ByState = dialect.CountsByState(pending, processing, sent, dd)
 	st.OldestPendingAge = seconds(oldest)
 	if p.TopTopics > 0 {
 		rows, err := d.pool.Query(ctx, d.queries["stats_backlog"], p.TopTopics)
@@ -117,10 +112,7 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 	if err != nil {
 		return nil, err
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 50
-	}
+	limit := p.RowLimit()
 	rows, err := d.pool.Query(ctx, d.queries["dead_list"], topic, optText(p.Key), optTime(p.Since), limit)
 	if err != nil {
 		return nil, interpretError("dead_list", err)
@@ -153,15 +145,11 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 	if p.Empty() {
 		return 0, outbox.Permanent(dialect.ErrNoSelector)
 	}
-	var state string
-	switch p.State {
-	case "", string(outbox.StateDead):
-		state = d.mapping.State(outbox.StateDead)
-	case string(outbox.StateSent):
-		state = d.mapping.State(outbox.StateSent)
-	default:
-		return 0, outbox.Permanent(fmt.Errorf("replay: state %q: want dead or sent", p.State))
+	from, err := p.FromState()
+	if err != nil {
+		return 0, err
 	}
+	state := d.mapping.State(from)
 	topic, err := optTopic(p.TopicPattern)
 	if err != nil {
 		return 0, err
@@ -179,8 +167,8 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 			ids[i] = u.String()
 		}
 	}
-	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Until.After(p.Since) {
-		return 0, outbox.Permanent(fmt.Errorf("replay: until (%s) is not after since (%s)", p.Until.Format(time.RFC3339), p.Since.Format(time.RFC3339)))
+	if err := p.CheckWindow(); err != nil {
+		return 0, err
 	}
 	rows, err := d.pool.Query(ctx, d.queries["replay_select"], state, ids, topic, optText(p.Key), optTime(p.Since), optTime(p.Until))
 	if err != nil {
@@ -193,10 +181,7 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 	if p.DryRun {
 		return int64(len(selected)), nil
 	}
-	batch := p.BatchSize
-	if batch <= 0 {
-		batch = DefaultReplayBatch
-	}
+	batch := p.Batch()
 	var moved int64
 	for start := 0; start < len(selected); start += batch {
 		n, err := d.exec(ctx, "replay", state, selected[start:min(start+batch, len(selected))])
@@ -218,15 +203,11 @@ func (d *Dialect) ReleaseKey(ctx context.Context, key string) (int64, error) {
 
 // Purge implements dialect.Purger.
 func (d *Dialect) Purge(ctx context.Context, p dialect.PurgeParams) (int64, error) {
-	var state string
-	switch p.State {
-	case string(outbox.StateSent):
-		state = d.mapping.State(outbox.StateSent)
-	case string(outbox.StateDead):
-		state = d.mapping.State(outbox.StateDead)
-	default:
-		return 0, outbox.Permanent(fmt.Errorf("purge: state %q: only sent and dead rows are purged", p.State))
+	purged, err := p.PurgedState()
+	if err != nil {
+		return 0, err
 	}
+	state := d.mapping.State(purged)
 	if p.Limit <= 0 || p.OlderThan < 0 {
 		return 0, nil
 	}

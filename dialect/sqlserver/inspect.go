@@ -26,7 +26,7 @@ var (
 // DefaultReplayBatch is the number of rows a replay reads and moves per
 // statement when ReplayParams.BatchSize is 0 (the PostgreSQL dialect's
 // default too).
-const DefaultReplayBatch = 500
+const DefaultReplayBatch = dialect.DefaultReplayBatch
 
 // deadListPage is the most rows DeadList reads per statement while it
 // filters by topic pattern in Go.
@@ -44,12 +44,7 @@ func (d *Dialect) Stats(ctx context.Context, p dialect.StatsParams) (dialect.Sta
 	if err := d.db.QueryRowContext(ctx, d.queries["stats_counts"]).Scan(&pending, &processing, &sent, &dd, &oldestMS); err != nil {
 		return st, interpretError("stats_counts", err)
 	}
-	st.ByState = map[string]int64{
-		string(outbox.StatePending):    pending,
-		string(outbox.StateProcessing): processing,
-		string(outbox.StateSent):       sent,
-		string(outbox.StateDead):       dd,
-	}
+	st.ByState = dialect.CountsByState(pending, processing, sent, dd)
 	st.OldestPendingAge = msDuration(oldestMS)
 	if p.TopTopics > 0 {
 		rows, err := d.db.QueryContext(ctx, d.queries["stats_backlog"], sql.Named("n", int64(p.TopTopics)))
@@ -102,10 +97,7 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 	if err != nil {
 		return nil, err
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 50
-	}
+	limit := p.RowLimit()
 	page := limit
 	if topic.set {
 		page = max(limit, deadListPage)
@@ -167,15 +159,11 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 	if p.Empty() {
 		return 0, outbox.Permanent(dialect.ErrNoSelector)
 	}
-	var state string
-	switch p.State {
-	case "", string(outbox.StateDead):
-		state = d.mapping.State(outbox.StateDead)
-	case string(outbox.StateSent):
-		state = d.mapping.State(outbox.StateSent)
-	default:
-		return 0, outbox.Permanent(fmt.Errorf("replay: state %q: want dead or sent", p.State))
+	from, err := p.FromState()
+	if err != nil {
+		return 0, err
 	}
+	state := d.mapping.State(from)
 	topic, err := parseTopicFilter(p.TopicPattern)
 	if err != nil {
 		return 0, err
@@ -196,13 +184,10 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 		}
 		ids = sql.NullString{String: string(doc), Valid: true}
 	}
-	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Until.After(p.Since) {
-		return 0, outbox.Permanent(fmt.Errorf("replay: until (%s) is not after since (%s)", p.Until.Format(time.RFC3339), p.Since.Format(time.RFC3339)))
+	if err := p.CheckWindow(); err != nil {
+		return 0, err
 	}
-	batch := p.BatchSize
-	if batch <= 0 {
-		batch = DefaultReplayBatch
-	}
+	batch := p.Batch()
 	var (
 		moved    int64
 		afterSeq sql.NullInt64
@@ -278,15 +263,11 @@ const maxAgeSeconds = math.MaxInt32
 // Purge implements dialect.Purger: one statement that deletes up to Limit
 // rows, skipping rows locked by someone else.
 func (d *Dialect) Purge(ctx context.Context, p dialect.PurgeParams) (int64, error) {
-	var state string
-	switch p.State {
-	case string(outbox.StateSent):
-		state = d.mapping.State(outbox.StateSent)
-	case string(outbox.StateDead):
-		state = d.mapping.State(outbox.StateDead)
-	default:
-		return 0, outbox.Permanent(fmt.Errorf("purge: state %q: only sent and dead rows are purged", p.State))
+	purged, err := p.PurgedState()
+	if err != nil {
+		return 0, err
 	}
+	state := d.mapping.State(purged)
 	if p.Limit <= 0 || p.OlderThan < 0 {
 		return 0, nil
 	}

@@ -5,7 +5,6 @@ package faults
 // of everything the receivers got for Check.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,14 +12,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,39 +27,16 @@ import (
 	"github.com/queuebox/queuebox/internal/testenv"
 )
 
-var (
-	binDir   string
-	binOnce  sync.Once
-	binPath  string
-	binError error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testenv.RemoveQueuebox()
 	os.Exit(code)
 }
 
 // queuebox builds the binary once per test run and returns its path.
 func queuebox(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		binDir, binError = os.MkdirTemp("", "queuebox-faults-")
-		if binError != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "queuebox")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/queuebox/queuebox/cmd/queuebox").CombinedOutput()
-		if err != nil {
-			binError = fmt.Errorf("building queuebox: %v\n%s", err, out)
-		}
-	})
-	if binError != nil {
-		t.Fatal(binError)
-	}
-	return binPath
+	return testenv.BuildQueuebox(t)
 }
 
 // faultSuite skips t unless the fault suite was asked for.
@@ -76,132 +49,11 @@ func faultSuite(t *testing.T) {
 
 func soak() bool { return os.Getenv("QUEUEBOX_SOAK") == "1" }
 
-// proc is one running queuebox process.
-type proc struct {
-	t    *testing.T
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	logs bytes.Buffer
-	done chan struct{}
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.Write(b)
-}
-
-func (p *proc) Logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-func startQueuebox(t *testing.T, name string, args ...string) *proc {
+// startQueuebox runs the built binary with args as the process name for
+// the rest of the test.
+func startQueuebox(t *testing.T, name string, args ...string) *testenv.Process {
 	t.Helper()
-	p := &proc{t: t, name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(queuebox(t), args...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	p.cmd.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start queuebox: %v", err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("queuebox %s output (tail):\n%s", p.name, tail(p.Logs(), 30))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-// stop sends SIGTERM and returns the exit status.
-func (p *proc) stop(within time.Duration) int {
-	p.t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(within):
-		p.t.Fatalf("queuebox %s did not exit within %v after SIGTERM", p.name, within)
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-var listenRE = regexp.MustCompile(`management server listening"? addr=(\S+)`)
-
-// addr waits for the management address the process logs.
-func (p *proc) addr() string {
-	p.t.Helper()
-	var addr string
-	testenv.Eventually(p.t, 30*time.Second, func() bool {
-		if m := listenRE.FindStringSubmatch(p.Logs()); m != nil {
-			addr = m[1]
-		}
-		return addr != "" || p.exited()
-	}, "queuebox %s logged no management address", p.name)
-	if addr == "" {
-		p.t.Fatalf("queuebox %s exited at start:\n%s", p.name, tail(p.Logs(), 30))
-	}
-	return addr
-}
-
-// scrape returns the /metrics text of the process at addr.
-func scrape(t *testing.T, addr string) string {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("scrape %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}
-
-// metric returns the value of the series whose line starts with series
-// (name and labels), 0 when absent.
-func metric(text, series string) float64 {
-	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(l, series+" ") {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(l[len(series):]), 64)
-			return f
-		}
-	}
-	return 0
+	return testenv.Start(t, queuebox(t), name, args...)
 }
 
 // action is what the HTTP receiver does with one request.
@@ -465,22 +317,8 @@ func insert(t *testing.T, pool *pgxpool.Pool, n, keys int, topicOf func(n int) s
 	for len(next) < keys {
 		next = append(next, 0)
 	}
-	const chunk = 2000
-	for done := 0; done < n; done += chunk {
-		var topics, ks, payloads []string
-		for i := done; i < min(done+chunk, n); i++ {
-			k := i % keys
-			topics = append(topics, topicOf(next[k]))
-			ks = append(ks, fmt.Sprintf("key-%03d", k))
-			payloads = append(payloads, fmt.Sprintf(`{"n": %d}`, next[k]))
-			next[k]++
-		}
-		_, err := pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload)
-			SELECT t, k, p::jsonb FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY u(t, k, p, o) ORDER BY o`,
-			topics, ks, payloads)
-		if err != nil {
-			t.Fatalf("insert: %v", err)
-		}
+	if err := testenv.InsertKeyed(ctx, pool, n, next[:keys], topicOf); err != nil {
+		t.Fatalf("insert: %v", err)
 	}
 	keysNext.Store(&next)
 }

@@ -53,7 +53,7 @@ routes:
 		t.Fatal(err)
 	}
 	p := startQueuebox(t, "health", "run", "--config", path)
-	addr := p.addr()
+	addr := p.ManagementAddr()
 
 	type health struct {
 		Status     string `json:"status"`

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestHostileRowsGoDeadWithAReason(t *testing.T) {
 	}
 	p := startQueuebox(t, "relay", "run", "--config", w.config("pollInterval: 20ms", ""))
 	waitSettled(t, w.pg.Pool, time.Minute)
-	p.stop(30 * time.Second)
+	p.Stop(syscall.SIGTERM, 30*time.Second)
 	want := map[string][]string{
 		"bad-headers-1": {"dead", "malformed headers", "not a JSON object"},
 		"bad-headers-2": {"dead", "malformed headers", `"trace" is not a string`},
@@ -187,7 +188,7 @@ routes:
 		}
 	}
 	p := startQueuebox(t, "relay", "run", "--config", path)
-	addr := p.addr()
+	addr := p.ManagementAddr()
 	// echo and basic rows die after two 500s; gone rows are deferred
 	// (connection refused) without spending attempts: wait for the former
 	// and for at least one deferral of the latter.
@@ -196,8 +197,8 @@ routes:
 		_ = w.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'dead' OR (topic LIKE 'gone.%' AND last_error IS NOT NULL)`).Scan(&n)
 		return n == 6
 	}, "failures not recorded")
-	metricsText := scrape(t, addr)
-	p.stop(30 * time.Second)
+	metricsText := testenv.Scrape(t, addr)
+	p.Stop(syscall.SIGTERM, 30*time.Second)
 	var lastErrors []string
 	rows, err := w.pg.Pool.Query(ctx, `SELECT coalesce(last_error, '') FROM outbox`)
 	if err != nil {

@@ -44,7 +44,7 @@ func TestFaultNATSRestart(t *testing.T) {
 	insert(t, w.pg.Pool, total, 100, orderTopic)
 	cfg := w.config("batchSize: 100\npollInterval: 20ms\nlease: 5s\nreapInterval: 500ms\nbackoff: {base: 100ms, max: 2s}\ncircuitBreaker: {failures: 3, openFor: 500ms, maxOpenFor: 2s}", "")
 	p := startQueuebox(t, "relay", "run", "--config", cfg)
-	addr := p.addr()
+	addr := p.ManagementAddr()
 	testenv.Eventually(t, time.Minute, func() bool { return sentCount(t, w.pg.Pool) >= total/4 }, "no progress before the restart")
 	srv.Shutdown()
 	srv.WaitForShutdown()
@@ -58,8 +58,8 @@ func TestFaultNATSRestart(t *testing.T) {
 		t.Fatal("the relay finished before the restart; the test proves nothing")
 	}
 	settled := waitSettled(t, w.pg.Pool, 2*time.Minute)
-	m := scrape(t, addr)
-	if code := p.stop(30 * time.Second); code != 0 {
+	m := testenv.Scrape(t, addr)
+	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 	r := mustCheck(t, w.collect(time.Second))
@@ -69,7 +69,7 @@ func TestFaultNATSRestart(t *testing.T) {
 	}
 	figure(t, "nats-restart", r, fmt.Sprintf("outage=%v recover(drain after restart)=%v deferred=%v retried=%v",
 		upAt.Sub(downAt).Round(100*time.Millisecond), settled.Sub(upAt).Round(10*time.Millisecond),
-		metric(m, `queuebox_deliveries_total{destination="events",outcome="deferred"}`), metric(m, `queuebox_deliveries_total{destination="events",outcome="retry"}`)))
+		testenv.Metric(m, `queuebox_deliveries_total{destination="events",outcome="deferred"}`), testenv.Metric(m, `queuebox_deliveries_total{destination="events",outcome="retry"}`)))
 }
 
 // TestFaultDatabaseCut puts a TCP proxy between the relay and PostgreSQL
@@ -93,7 +93,7 @@ func TestFaultDatabaseCut(t *testing.T) {
 	insert(t, w.pg.Pool, total, 100, mixedTopic)
 	cfg := w.config("batchSize: 100\npollInterval: 20ms\nlease: 3s\nreapInterval: 300ms\nbackoff: {base: 100ms, max: 2s}", "")
 	p := startQueuebox(t, "relay", "run", "--config", cfg)
-	addr := p.addr()
+	addr := p.ManagementAddr()
 	testenv.Eventually(t, time.Minute, func() bool { return sentCount(t, w.pg.Pool) >= total/4 }, "no progress before the cut")
 	proxy.Cut()
 	cutAt := time.Now()
@@ -116,18 +116,18 @@ func TestFaultDatabaseCut(t *testing.T) {
 		return false
 	}, "no progress after the database came back")
 	settled := waitSettled(t, w.pg.Pool, 2*time.Minute)
-	m := scrape(t, addr)
-	if p.exited() {
-		t.Fatalf("the relay exited during the database outage:\n%s", tail(p.Logs(), 20))
+	m := testenv.Scrape(t, addr)
+	if p.Exited() {
+		t.Fatalf("the relay exited during the database outage:\n%s", testenv.Tail(p.Logs(), 20))
 	}
-	if code := p.stop(30 * time.Second); code != 0 {
+	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 	r := mustCheck(t, w.collect(time.Second))
 	noStoredDuplicates(t, r)
 	figure(t, "database-cut", r, fmt.Sprintf("outage=%v first_progress_after_restore=%v drain_after_restore=%v claims_lost=%v reclaimed=%v",
 		upAt.Sub(cutAt).Round(100*time.Millisecond), firstProgress.Round(10*time.Millisecond), settled.Sub(upAt).Round(10*time.Millisecond),
-		metric(m, "queuebox_claims_lost_total"), metric(m, "queuebox_leases_reclaimed_total")))
+		testenv.Metric(m, "queuebox_claims_lost_total"), testenv.Metric(m, "queuebox_leases_reclaimed_total")))
 }
 
 // TestFaultPostgresRestart restarts a private PostgreSQL instance (initdb
@@ -143,7 +143,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	insert(t, w.pg.Pool, total, 100, mixedTopic)
 	cfg := w.config("batchSize: 100\npollInterval: 20ms\nlease: 3s\nreapInterval: 300ms\nbackoff: {base: 100ms, max: 2s}", "")
 	p := startQueuebox(t, "relay", "run", "--config", cfg)
-	addr := p.addr()
+	addr := p.ManagementAddr()
 	testenv.Eventually(t, time.Minute, func() bool { return sentCount(t, w.pg.Pool) >= total/4 }, "no progress before the restart")
 	downAt := time.Now()
 	pg.Stop("fast")
@@ -151,11 +151,11 @@ func TestFaultPostgresRestart(t *testing.T) {
 	pg.Start()
 	upAt := time.Now()
 	settled := waitSettled(t, w.pg.Pool, 2*time.Minute)
-	m := scrape(t, addr)
-	if p.exited() {
-		t.Fatalf("the relay exited during the database restart:\n%s", tail(p.Logs(), 20))
+	m := testenv.Scrape(t, addr)
+	if p.Exited() {
+		t.Fatalf("the relay exited during the database restart:\n%s", testenv.Tail(p.Logs(), 20))
 	}
-	if code := p.stop(30 * time.Second); code != 0 {
+	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 	r := mustCheck(t, w.collect(time.Second))
@@ -165,7 +165,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	}
 	figure(t, "postgres-restart", r, fmt.Sprintf("outage=%v drain_after_restart=%v claims_lost=%v reclaimed=%v",
 		upAt.Sub(downAt).Round(100*time.Millisecond), settled.Sub(upAt).Round(10*time.Millisecond),
-		metric(m, "queuebox_claims_lost_total"), metric(m, "queuebox_leases_reclaimed_total")))
+		testenv.Metric(m, "queuebox_claims_lost_total"), testenv.Metric(m, "queuebox_leases_reclaimed_total")))
 }
 
 // TestFaultHTTPReceiver answers the first attempt of every row with one of
@@ -193,7 +193,7 @@ func TestFaultHTTPReceiver(t *testing.T) {
 	start := time.Now()
 	p := startQueuebox(t, "relay", "run", "--config", cfg)
 	settled := waitSettled(t, w.pg.Pool, 2*time.Minute)
-	if code := p.stop(30 * time.Second); code != 0 {
+	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 	in := w.collect(time.Second)
@@ -259,32 +259,32 @@ func TestFaultLeaseShorterThanPublish(t *testing.T) {
 	})
 	cfg := w.config("batchSize: 10\npollInterval: 20ms\nlease: 1s\nreapInterval: 100ms", "timeout: 30s")
 	a := startQueuebox(t, "replica-a", "run", "--config", cfg)
-	addrA := a.addr()
+	addrA := a.ManagementAddr()
 	testenv.Eventually(t, 30*time.Second, func() bool { return slowRequests.Load() >= 1 }, "replica A never posted the row")
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	frozenAt := time.Now()
 	b := startQueuebox(t, "replica-b", "run", "--config", cfg)
-	addrB := b.addr()
+	addrB := b.ManagementAddr()
 	testenv.Eventually(t, 30*time.Second, func() bool { return len(w.hooks.deliveries()) >= 1 }, "replica B never redelivered the row")
 	redelivered := time.Since(frozenAt)
 	insert(t, w.pg.Pool, 50, 10, hookTopic) // other rows keep flowing
 	close(w.hooks.release)                  // A's slow request now succeeds
 	testenv.Eventually(t, 30*time.Second, func() bool { return len(w.hooks.deliveries()) >= 52 }, "deliveries missing")
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	var lost float64
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		lost = metric(scrape(t, addrA), "queuebox_claims_lost_total")
+		lost = testenv.Metric(testenv.Scrape(t, addrA), "queuebox_claims_lost_total")
 		return lost >= 1
 	}, "replica A's stale completion was not counted as a lost claim")
 	waitSettled(t, w.pg.Pool, time.Minute)
-	lostB := metric(scrape(t, addrB), "queuebox_claims_lost_total")
-	for _, p := range []*proc{a, b} {
-		if code := p.stop(30 * time.Second); code != 0 {
-			t.Errorf("%s: exit status %d after SIGTERM", p.name, code)
+	lostB := testenv.Metric(testenv.Scrape(t, addrB), "queuebox_claims_lost_total")
+	for _, p := range []*testenv.Process{a, b} {
+		if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+			t.Errorf("%s: exit status %d after SIGTERM", p.Name(), code)
 		}
 	}
 	r := mustCheck(t, w.collect(time.Second))
@@ -313,7 +313,7 @@ func TestFaultDestinationDown(t *testing.T) {
 	setMaxAttempts(t, w, 3)
 	cfg := w.config("batchSize: 100\npollInterval: 20ms\nlease: 5s\nreapInterval: 500ms\nbackoff: {base: 200ms, max: 2s}\ncircuitBreaker: {failures: 3, openFor: 1s, maxOpenFor: 5s}", "timeout: 2s")
 	p := startQueuebox(t, "relay", "run", "--config", cfg)
-	addr := p.addr()
+	addr := p.ManagementAddr()
 	testenv.Eventually(t, time.Minute, func() bool { return sentCount(t, w.pg.Pool) >= 300 }, "no progress before the outage")
 	srv.Shutdown()
 	srv.WaitForShutdown()
@@ -326,15 +326,15 @@ func TestFaultDestinationDown(t *testing.T) {
 	// when every message in it failed at the connection level).
 	open := map[string]float64{}
 	for time.Until(downAt.Add(outage)) > 0 {
-		m := scrape(t, addr)
+		m := testenv.Scrape(t, addr)
 		for _, d := range []string{"events", "hooks"} {
-			open[d] = max(open[d], metric(m, fmt.Sprintf(`queuebox_destination_circuit_state{destination=%q}`, d)))
+			open[d] = max(open[d], testenv.Metric(m, fmt.Sprintf(`queuebox_destination_circuit_state{destination=%q}`, d)))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(time.Until(downAt.Add(outage))) // the rest of the outage
 	during := countStates(t, w.pg.Pool)
-	mid := scrape(t, addr)
+	mid := testenv.Scrape(t, addr)
 	if during["dead"] != 0 {
 		t.Fatalf("rows went dead while the destinations were down: %v", during)
 	}
@@ -343,7 +343,7 @@ func TestFaultDestinationDown(t *testing.T) {
 	upAt := time.Now()
 	settled := waitSettled(t, w.pg.Pool, time.Minute+30*time.Second)
 	recover := settled.Sub(upAt)
-	if code := p.stop(30 * time.Second); code != 0 {
+	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 	r := mustCheck(t, w.collect(time.Second))
@@ -358,6 +358,6 @@ func TestFaultDestinationDown(t *testing.T) {
 	_ = w.pg.Pool.QueryRow(context.Background(), `SELECT coalesce(max(attempt), 0) FROM outbox`).Scan(&maxAttempt)
 	figure(t, "destination-down", r, fmt.Sprintf("outage=%v recover(all delivered after return)=%v circuit_during={events:%v hooks:%v} deferred_during={events:%v hooks:%v} retried_during={events:%v hooks:%v} max_attempt=%d",
 		upAt.Sub(downAt).Round(100*time.Millisecond), recover.Round(10*time.Millisecond), open["events"], open["hooks"],
-		metric(mid, `queuebox_deliveries_total{destination="events",outcome="deferred"}`), metric(mid, `queuebox_deliveries_total{destination="hooks",outcome="deferred"}`),
-		metric(mid, `queuebox_deliveries_total{destination="events",outcome="retry"}`), metric(mid, `queuebox_deliveries_total{destination="hooks",outcome="retry"}`), maxAttempt))
+		testenv.Metric(mid, `queuebox_deliveries_total{destination="events",outcome="deferred"}`), testenv.Metric(mid, `queuebox_deliveries_total{destination="hooks",outcome="deferred"}`),
+		testenv.Metric(mid, `queuebox_deliveries_total{destination="events",outcome="retry"}`), testenv.Metric(mid, `queuebox_deliveries_total{destination="hooks",outcome="retry"}`), maxAttempt))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,13 +68,13 @@ func TestFaultKillReplicas(t *testing.T) {
 	const total, waves, keys = 20000, 3, 200
 	w.hooks.delay = 5 * time.Millisecond // batches with HTTP rows last long enough to be killed in
 	cfg := w.config("batchSize: 100\npollInterval: 20ms\nlease: 2s\nreapInterval: 200ms\nbackoff: {base: 100ms, max: 2s}", "")
-	var reps [3]*proc
+	var reps [3]*testenv.Process
 	for i := range reps {
 		reps[i] = startQueuebox(t, fmt.Sprintf("replica-%d", i), "run", "--config", cfg)
 	}
 	addrs := make([]string, len(reps))
 	for i, p := range reps {
-		addrs[i] = p.addr()
+		addrs[i] = p.ManagementAddr()
 	}
 	var recoveries []time.Duration
 	var killedAt time.Time
@@ -111,14 +112,14 @@ func TestFaultKillReplicas(t *testing.T) {
 			testenv.Eventually(t, 30*time.Second, func() bool {
 				for j := range reps {
 					v := (k + try + j) % len(reps)
-					if metric(scrape(t, addrs[v]), "queuebox_inflight_rows") > 0 {
+					if testenv.Metric(testenv.Scrape(t, addrs[v]), "queuebox_inflight_rows") > 0 {
 						victim = v
 						return true
 					}
 				}
 				return false
 			}, "no replica held claimed rows in wave %d: %v", k, countStates(t, w.pg.Pool))
-			reps[victim].kill()
+			reps[victim].Kill()
 			var killedDB time.Time
 			if err := w.pg.Pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&killedDB); err != nil {
 				t.Fatal(err)
@@ -130,7 +131,7 @@ func TestFaultKillReplicas(t *testing.T) {
 			t.Logf("kill %d (try %d): replica %d SIGKILLed; %d rows of its batch stranded until the lease expires; table %v",
 				k+1, try+1, victim, stranded, countStates(t, w.pg.Pool))
 			reps[victim] = startQueuebox(t, fmt.Sprintf("replica-%d-restart-%d-%d", victim, k+1, try), "run", "--config", cfg)
-			addrs[victim] = reps[victim].addr()
+			addrs[victim] = reps[victim].ManagementAddr()
 		}
 		strandedTotal += stranded
 		// Recovery: every row that was processing at the kill (the
@@ -142,10 +143,10 @@ func TestFaultKillReplicas(t *testing.T) {
 	drain := time.Since(start)
 	var lost, reclaimed float64
 	for i, p := range reps {
-		m := scrape(t, addrs[i])
-		lost += metric(m, "queuebox_claims_lost_total")
-		reclaimed += metric(m, "queuebox_leases_reclaimed_total")
-		if code := p.stop(30 * time.Second); code != 0 {
+		m := testenv.Scrape(t, addrs[i])
+		lost += testenv.Metric(m, "queuebox_claims_lost_total")
+		reclaimed += testenv.Metric(m, "queuebox_leases_reclaimed_total")
+		if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 			t.Errorf("replica %d exit status %d after SIGTERM", i, code)
 		}
 	}

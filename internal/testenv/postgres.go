@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -130,4 +131,32 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// InsertKeyed inserts n rows into the outbox table of pool's search_path,
+// spread round-robin over len(next) keys named key-000, key-001, ...
+// next[k] is the number of the next row of key k: each row carries the
+// payload {"n": next[k]} and the topic topicOf(next[k]), and next[k] is
+// advanced, so that successive calls continue each key's numbering.
+// The rows go in statements of a few thousand, in order.
+func InsertKeyed(ctx context.Context, pool *pgxpool.Pool, n int, next []int, topicOf func(n int) string) error {
+	const chunk = 2000
+	keys := len(next)
+	for done := 0; done < n; done += chunk {
+		var topics, ks, payloads []string
+		for i := done; i < min(done+chunk, n); i++ {
+			k := i % keys
+			topics = append(topics, topicOf(next[k]))
+			ks = append(ks, fmt.Sprintf("key-%03d", k))
+			payloads = append(payloads, fmt.Sprintf(`{"n": %d}`, next[k]))
+			next[k]++
+		}
+		_, err := pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload)
+			SELECT t, k, p::jsonb FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY u(t, k, p, o) ORDER BY o`,
+			topics, ks, payloads)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

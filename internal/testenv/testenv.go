@@ -4,6 +4,10 @@
 // variables with the local default port as fallback. When a service is
 // missing, the test skips with one line, unless QUEUEBOX_REQUIRE_SERVICES=1
 // (set by CI), where it fails.
+//
+// It also holds the harness of the tests that run the built binary
+// (queuebox.go): BuildQueueboxOnce/BuildQueuebox, Start and Process,
+// Scrape and Metric.
 package testenv
 
 import (
