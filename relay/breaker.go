@@ -140,6 +140,14 @@ func (b *breaker) record(unavailable bool) (from, to BreakerState) {
 	return from, b.state
 }
 
+// abandon ends a publish that allow let through without an outcome (cut
+// short by shutdown): a probe slot is freed, nothing else changes.
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+}
+
 // batchUnavailable reports whether a publish outcome is a connection-level
 // failure of the destination as a whole: every message failed, all with
 // outbox.Unavailable.

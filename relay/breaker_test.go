@@ -100,3 +100,22 @@ func TestEngineReportsCircuits(t *testing.T) {
 		t.Fatalf("after a connection-level failure the circuit is %v, want open", got)
 	}
 }
+
+func TestBreakerAbandonKeepsTheState(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := newBreaker(BreakerOptions{Failures: 1, OpenFor: time.Second, MaxOpenFor: time.Second})
+	b.now = func() time.Time { return now }
+	b.allow()
+	b.record(true) // open
+	now = now.Add(time.Second)
+	if ok, _ := b.allow(); !ok {
+		t.Fatal("no probe after OpenFor")
+	}
+	b.abandon() // the probe was cut short by shutdown
+	if b.current() != BreakerHalfOpen {
+		t.Fatalf("abandoned probe left the breaker %v, want still half-open", b.current())
+	}
+	if ok, _ := b.allow(); !ok {
+		t.Fatal("after an abandoned probe another probe must be allowed")
+	}
+}

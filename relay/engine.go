@@ -391,7 +391,7 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 	}
 	if ctx.Err() != nil && err != nil {
 		// Cut short by shutdown: says nothing about the destination.
-		b.record(false)
+		b.abandon()
 		return
 	}
 	if from, to := b.record(batchUnavailable(errs)); from != to {
