@@ -144,11 +144,12 @@ func TestHeldKeyWaitsForReplay(t *testing.T) {
 	if c := countStates(t, w.pg.Pool); c["pending"] != 9 || c["sent"] != 0 {
 		t.Fatalf("held key: states %v, want 1 dead and 9 pending", c)
 	}
-	code, out := cliOut(t, "stats", "--config", cfg, "--output", "json")
+	code, out := cliOut(t, "stats", "--config", cfg, "--output", "json", "--relay", p.ManagementAddr())
 	if code != 0 {
 		t.Fatalf("stats exit %d: %s", code, out)
 	}
 	var st struct {
+		Circuits map[string]string `json:"circuits"`
 		HeldKeys []struct {
 			Key     string `json:"key"`
 			DeadID  string `json:"deadId"`
@@ -160,6 +161,11 @@ func TestHeldKeyWaitsForReplay(t *testing.T) {
 	}
 	if len(st.HeldKeys) != 1 || st.HeldKeys[0].Key != "key-000" || st.HeldKeys[0].Waiting != 9 {
 		t.Fatalf("stats heldKeys = %+v, want key-000 with 9 waiting", st.HeldKeys)
+	}
+	// A 500 is the receiver's answer, not a connection failure: the circuit
+	// stays closed, and stats shows it from the running relay.
+	if st.Circuits["hooks"] != "closed" || st.Circuits["events"] != "closed" {
+		t.Fatalf("stats circuits = %v, want events and hooks closed", st.Circuits)
 	}
 
 	recv.failing.Store(false)

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +23,9 @@ type statsJSON struct {
 	OldestPendingAgeSeconds float64          `json:"oldestPendingAgeSeconds"`
 	Backlog                 []backlogJSON    `json:"backlog"`
 	HeldKeys                []heldKeyJSON    `json:"heldKeys"`
+	// Circuits are the destinations' circuit breakers of the relay at
+	// server.listen (or --relay), when one answers; absent otherwise.
+	Circuits map[string]string `json:"circuits,omitempty"`
 }
 
 type backlogJSON struct {
@@ -35,6 +44,7 @@ func newStatsCmd(g *globalFlags) *cobra.Command {
 	var (
 		output    string
 		top, held int
+		relayAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
@@ -46,7 +56,12 @@ wait behind it.
 
 --output json prints {"states": {"pending": n, "processing": n, "sent": n,
 "dead": n}, "oldestPendingAgeSeconds": s, "backlog": [{"topic", "pending",
-"oldestPendingAgeSeconds"}], "heldKeys": [{"key", "deadId", "waiting"}]}.`,
+"oldestPendingAgeSeconds"}], "heldKeys": [{"key", "deadId", "waiting"}],
+"circuits": {"<destination>": "closed"|"open"|"half-open"}}.
+
+The circuit breakers live in each relay process, not in the table: stats asks
+the relay at server.listen of the config (or --relay host:port) for them, and
+leaves them out when none answers within a second.`,
 		Example: `  queuebox stats
   queuebox stats --output json | jq .oldestPendingAgeSeconds`,
 		Args: noArgs,
@@ -78,6 +93,10 @@ wait behind it.
 			for i, h := range st.HeldKeys {
 				js.HeldKeys[i] = heldKeyJSON{Key: h.Key, DeadID: h.DeadID, Waiting: h.Waiting}
 			}
+			if relayAddr == "" {
+				relayAddr = odb.cfg.Server.Listen
+			}
+			js.Circuits = relayCircuits(cmd.Context(), relayAddr)
 			if output == "json" {
 				return printJSON(cmd.OutOrStdout(), js)
 			}
@@ -88,6 +107,7 @@ wait behind it.
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.IntVar(&top, "top", 10, "topics to list in the backlog")
 	f.IntVar(&held, "held-keys", 20, "held keys to list")
+	f.StringVar(&relayAddr, "relay", "", "host:port of a running relay's management server to ask for circuit states (default: server.listen)")
 	return cmd
 }
 
@@ -113,7 +133,59 @@ func printStats(w io.Writer, st statsJSON, hold bool) error {
 	case hold:
 		fmt.Fprintln(tw, "\nno held keys")
 	}
+	if len(st.Circuits) > 0 {
+		fmt.Fprintln(tw, "\nDESTINATION\tCIRCUIT")
+		names := make([]string, 0, len(st.Circuits))
+		for n := range st.Circuits {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(tw, "%s\t%s\n", n, st.Circuits[n])
+		}
+	}
 	return tw.Flush()
+}
+
+// relayCircuits asks the relay's management server at addr for its
+// destinations' circuit states (from /health/ready). It returns nil when no
+// relay answers within a second: stats reads the table and works without
+// one.
+func relayCircuits(ctx context.Context, addr string) map[string]string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "0" || port == "" {
+		return nil
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/health/ready", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Components map[string]componentHealth `json:"components"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for name, c := range body.Components {
+		if dest, ok := strings.CutPrefix(name, "destination."); ok && c.Circuit != "" {
+			out[dest] = c.Circuit
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func age(s float64) string {
