@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"text/template"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -107,7 +106,7 @@ func RenderLock(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		tmpl, err := template.New(name).Option("missingkey=error").Funcs(funcs).Parse(string(src))
+		tmpl, err := parseQuery(name, string(src), funcs)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: parse lock/%s.sql: %w", name, err)
 		}

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -152,7 +151,7 @@ func render(m dialect.Mapping, window bool, opts ...Option) (map[string]string, 
 		if err != nil {
 			return nil, err
 		}
-		tmpl, err := template.New(name).Option("missingkey=error").Funcs(funcs).Parse(string(src))
+		tmpl, err := parseQuery(name, string(src), funcs)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: parse %s.sql: %w", name, err)
 		}

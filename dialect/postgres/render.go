@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	_ "embed"
 	"fmt"
 	"text/template"
 
@@ -31,6 +32,8 @@ func WithIDType(typ string) Option { return func(o *options) { o.idType = typ } 
 //	           processing value: it matches no row)
 //	ids "$n"   parameter $n, a text array, cast to an array of the id type
 //	idType     the id column's SQL type
+//	alias "c"  the argument of the shared templates (head_of_key.tmpl) for
+//	           table alias c
 func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 	idType := o.idType
 	if idType == "" {
@@ -60,5 +63,28 @@ func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 		},
 		"ids":    func(param string) string { return param + "::text[]::" + idType + "[]" },
 		"idType": func() string { return idType },
+		"alias": func(a string) partialArgs {
+			return partialArgs{A: a, Table: m.Table(QuoteIdent), Hold: o.hold}
+		},
 	}
+}
+
+// partialArgs are what a shared template sees: the alias of the row it is
+// about, the quoted table and the hold mode.
+type partialArgs struct {
+	A     string
+	Table string
+	Hold  bool
+}
+
+//go:embed sql/head_of_key.tmpl
+var sharedTemplates string
+
+// parseQuery parses one query template together with the shared ones.
+func parseQuery(name, src string, funcs template.FuncMap) (*template.Template, error) {
+	t, err := template.New(name).Option("missingkey=error").Funcs(funcs).Parse(sharedTemplates)
+	if err != nil {
+		return nil, err
+	}
+	return t.Parse(src)
 }

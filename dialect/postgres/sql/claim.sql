@@ -10,33 +10,14 @@
 --
 -- With relay.onDead: hold (.Hold), a dead row whose held_at is set also
 -- comes before the key's later rows and keeps them waiting, until it is
--- replayed or `queuebox dead release` clears held_at. That probe is a second
--- NOT EXISTS so that each probe has its own partial index.
+-- replayed or `queuebox dead release` clears held_at. The head-of-key
+-- condition is one shared template, head_of_key.tmpl.
 WITH candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
     WHERE c.{{ col "state" }} = {{ state "pending" }}
       {{ if has "scheduledAt" }}AND c.{{ col "scheduledAt" }} <= now(){{ end }}
-{{- if has "key" }}
-      AND (c.{{ col "key" }} IS NULL OR c.{{ col "key" }} = ''
-           OR NOT EXISTS (
-               SELECT 1
-               FROM {{ .Table }} AS b
-               WHERE b.{{ col "key" }} = c.{{ col "key" }}
-                 AND b.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
-                 AND b.{{ col "sequence" }} <= c.{{ col "sequence" }}
-                 AND (b.{{ col "sequence" }} < c.{{ col "sequence" }} OR b.{{ col "id" }} < c.{{ col "id" }}))
-{{- if .Hold }}
-               AND NOT EXISTS (
-                   SELECT 1
-                   FROM {{ .Table }} AS h
-                   WHERE h.{{ col "key" }} = c.{{ col "key" }}
-                     AND h.{{ col "state" }} = {{ state "dead" }}
-                     AND h.{{ col "heldAt" }} IS NOT NULL
-                     AND h.{{ col "sequence" }} <= c.{{ col "sequence" }}
-                     AND (h.{{ col "sequence" }} < c.{{ col "sequence" }} OR h.{{ col "id" }} < c.{{ col "id" }}))
-{{- end }})
-{{- end }}
+{{- template "headOfKey" (alias "c") }}
 {{- if .Window }}
       -- The bounded variant (claim#window, see docs/claim.md): only rows
       -- within $4 sequence numbers of the first due pending row are
@@ -70,26 +51,7 @@ FROM candidates
 WHERE o.{{ col "id" }} = candidates.{{ col "id" }}
   AND (o.{{ col "state" }} = {{ state "pending" }}) IS TRUE
   {{ if has "scheduledAt" }}AND (o.{{ col "scheduledAt" }} <= now()) IS TRUE{{ end }}
-{{- if has "key" }}
-  AND (o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = ''
-       OR NOT EXISTS (
-           SELECT 1
-           FROM {{ .Table }} AS b
-           WHERE b.{{ col "key" }} = o.{{ col "key" }}
-             AND b.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
-             AND b.{{ col "sequence" }} <= o.{{ col "sequence" }}
-             AND (b.{{ col "sequence" }} < o.{{ col "sequence" }} OR b.{{ col "id" }} < o.{{ col "id" }}))
-{{- if .Hold }}
-       AND NOT EXISTS (
-           SELECT 1
-           FROM {{ .Table }} AS h
-           WHERE h.{{ col "key" }} = o.{{ col "key" }}
-             AND h.{{ col "state" }} = {{ state "dead" }}
-             AND h.{{ col "heldAt" }} IS NOT NULL
-             AND h.{{ col "sequence" }} <= o.{{ col "sequence" }}
-             AND (h.{{ col "sequence" }} < o.{{ col "sequence" }} OR h.{{ col "id" }} < o.{{ col "id" }}))
-{{- end }})
-{{- end }}
+{{- template "headOfKey" (alias "o") }}
 RETURNING o.{{ col "id" }}::text,
           o.{{ col "topic" }},
           {{ if has "key" }}o.{{ col "key" }}{{ else }}NULL::text{{ end }},

@@ -28,26 +28,7 @@ WHERE c.{{ col "state" }} = {{ state "pending" }}
 {{- if has "scheduledAt" }}
   AND c.{{ col "scheduledAt" }} <= now()
 {{- end }}
-{{- if has "key" }}
-  AND (c.{{ col "key" }} IS NULL OR c.{{ col "key" }} = ''
-       OR NOT EXISTS (
-           SELECT 1
-           FROM {{ .Table }} AS b
-           WHERE b.{{ col "key" }} = c.{{ col "key" }}
-             AND b.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
-             AND b.{{ col "sequence" }} <= c.{{ col "sequence" }}
-             AND (b.{{ col "sequence" }} < c.{{ col "sequence" }} OR b.{{ col "id" }} < c.{{ col "id" }}))
-{{- if .Hold }}
-       AND NOT EXISTS (
-           SELECT 1
-           FROM {{ .Table }} AS h
-           WHERE h.{{ col "key" }} = c.{{ col "key" }}
-             AND h.{{ col "state" }} = {{ state "dead" }}
-             AND h.{{ col "heldAt" }} IS NOT NULL
-             AND h.{{ col "sequence" }} <= c.{{ col "sequence" }}
-             AND (h.{{ col "sequence" }} < c.{{ col "sequence" }} OR h.{{ col "id" }} < c.{{ col "id" }}))
-{{- end }})
-{{- end }}
+{{- template "headOfKey" (alias "c") }}
 ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
 LIMIT $1
 FOR UPDATE OF c SKIP LOCKED
