@@ -119,8 +119,9 @@ func (d *decoder) parse(data []byte, cfg *Config) (err error) {
 func Default() *Config {
 	return &Config{
 		Database: Database{
-			Type:        "postgresql",
-			OutboxTable: "outbox",
+			Type:              "postgresql",
+			OutboxTable:       "outbox",
+			SynchronousCommit: "off",
 		},
 		Relay: Relay{
 			BatchSize:       100,

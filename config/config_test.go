@@ -83,7 +83,7 @@ func TestGoodConfig(t *testing.T) {
 			OutboxTable: "messaging.outbox",
 			Columns:     map[string]string{"aggregateType": "kind"},
 			States:      map[string]string{"dead": "failed"},
-			MaxConns:    8,
+			MaxConns:    8, SynchronousCommit: "off",
 		},
 		Relay: Relay{
 			BatchSize: 50, Concurrency: 8, InflightBatches: 3,

@@ -26,6 +26,10 @@ type Database struct {
 	Columns     map[string]string `yaml:"columns"`     // logical -> existing column
 	States      map[string]string `yaml:"states"`      // logical -> existing value
 	MaxConns    int               `yaml:"maxConns"`    // pool size; 0 = derived from relay settings
+	// SynchronousCommit is PostgreSQL's synchronous_commit for the relay's
+	// own writes (claims, completions, retries; not the operator
+	// commands): off by default, see docs/configuration.md.
+	SynchronousCommit string `yaml:"synchronousCommit"`
 }
 
 // Relay tunes the delivery engine.

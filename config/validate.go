@@ -186,6 +186,7 @@ func (v *validator) relay() {
 	if j := r.Backoff.Jitter; !(j >= 0 && j <= 1) || math.IsNaN(j) {
 		v.fail("relay.backoff.jitter", "must be between 0 and 1, got %v", j)
 	}
+	v.oneOf("database.synchronousCommit", v.cfg.Database.SynchronousCommit, "off", "local", "remote_write", "on", "remote_apply")
 	v.oneOf("relay.onDead", r.OnDead, "release", "hold")
 	v.oneOf("relay.claimMode", r.ClaimMode, "auto", "lease", "lock")
 	if r.LockTimeout < 0 {

@@ -79,6 +79,7 @@ idle cost of a replica.`,
 	f.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "relay.batchSize, and the bare loop's batch")
 	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "HTTP requests in flight (relay.concurrency and the bare loop)")
 	f.StringVar(&o.ClaimMode, "claim-mode", "", "relay.claimMode of the relay replicas: lease (the default on the bundled table) or lock")
+	f.StringVar(&o.SyncCommit, "synchronous-commit", "", "database.synchronousCommit of the relay replicas (default: the relay's default, off; the bare loop always uses the server's)")
 	f.StringVar(&replicas, "replicas", "1,3", "relay process counts to run, comma-separated")
 	f.StringVar(&cases, "cases", "", "comma-separated subset of: "+strings.Join(bench.AllCases, ", ")+", nats, http (default all)")
 	f.IntVar(&o.Rate, "rate", o.Rate, "offered load of the latency case, rows/s")

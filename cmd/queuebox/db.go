@@ -38,6 +38,12 @@ func poolSize(cfg *config.Config) int32 {
 // openPostgres connects to cfg.Database.URL and checks that the server
 // answers. Its errors name the server (never the password) and the fix.
 func openPostgres(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	return openPostgresFor(ctx, cfg, false)
+}
+
+// openPostgresFor is openPostgres; forRelay applies the settings of the
+// relay's own connections (database.synchronousCommit).
+func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.Database.URL)
 	if err != nil {
 		return nil, fmt.Errorf("database.url is not a valid PostgreSQL connection string: %s", redact.String(err.Error(), cfg.Database.URL))
@@ -48,6 +54,14 @@ func openPostgres(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error
 	}
 	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = "queuebox"
+	}
+	if forRelay && cfg.Database.SynchronousCommit != "" {
+		// The relay's bookkeeping need not wait for the WAL flush: a commit
+		// lost in a database crash is a claim or a completion that did not
+		// happen, so its rows are delivered again with the same ids, and
+		// the application's rows are committed by the application. See
+		// docs/configuration.md.
+		pc.ConnConfig.RuntimeParams["synchronous_commit"] = cfg.Database.SynchronousCommit
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -114,13 +128,19 @@ func (d *database) String() string { return d.desc }
 // openDialect connects to the configured database and returns it with its
 // dialect. Every error names the server (never the password) and the fix.
 func openDialect(ctx context.Context, cfg *config.Config) (*database, error) {
+	return openDialectFor(ctx, cfg, false)
+}
+
+// openDialectFor is openDialect; forRelay opens the connections of `run`
+// (openPostgresFor).
+func openDialectFor(ctx context.Context, cfg *config.Config, forRelay bool) (*database, error) {
 	m, err := dialect.NewMapping(cfg.Database.OutboxTable, cfg.Database.Columns, cfg.Database.States)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
 	switch cfg.Database.Type {
 	case "postgresql", "":
-		pool, err := openPostgres(ctx, cfg)
+		pool, err := openPostgresFor(ctx, cfg, forRelay)
 		if err != nil {
 			return nil, err
 		}

@@ -71,7 +71,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 	if err != nil {
 		return nil, err
 	}
-	rt.db, err = openDialect(ctx, cfg)
+	rt.db, err = openDialectFor(ctx, cfg, true)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ type Options struct {
 	BatchSize   int    // relay.batchSize and the bare loop's batch (1,000)
 	Concurrency int    // HTTP requests in flight, relay and bare (16)
 	ClaimMode   string // relay.claimMode of the relay replicas: lease (default) or lock
+	SyncCommit  string // database.synchronousCommit of the relay replicas; "" = the relay's default (off)
 	Replicas    []int  // relay processes per drain ({1, 3})
 	Cases       []string
 
@@ -357,7 +358,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	if err := s.insert(ctx, topic, o.Rows, keysOf(o, keyed), o.PayloadSize); err != nil {
 		return fail(err)
 	}
-	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, ClaimMode: o.ClaimMode, Dest: dest,
+	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, ClaimMode: o.ClaimMode, SyncCommit: o.SyncCommit, Dest: dest,
 		NATSURL: w.natsURL, Subject: topic, HookURL: w.hookURL + "/hooks/{{ topic }}"}
 	var wait func() (time.Time, error)
 	switch dest {

@@ -40,11 +40,15 @@ type relayConfig struct {
 	HookURL     string
 	Notify      string // channel; "" = poll
 	ClaimMode   string // relay.claimMode; "" = auto (lease on the bundled table)
+	SyncCommit  string // database.synchronousCommit; "" = the relay's default
 }
 
 func (c relayConfig) yaml() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "database:\n  type: postgresql\n  url: %q\n  outboxTable: outbox\n", c.DatabaseURL)
+	if c.SyncCommit != "" {
+		fmt.Fprintf(&b, "  synchronousCommit: %s\n", c.SyncCommit)
+	}
 	fmt.Fprintf(&b, "relay:\n  batchSize: %d\n  concurrency: %d\n", c.BatchSize, c.Concurrency)
 	if c.ClaimMode != "" {
 		fmt.Fprintf(&b, "  claimMode: %s\n", c.ClaimMode)
