@@ -336,7 +336,7 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 	// Rows whose publish was cut short by shutdown go back to pending
 	// without spending an attempt.
 	shutdownCut := ctx.Err() != nil && pubCtx.Err() != nil
-	e.settle(log, token, outcomes, shutdownCut)
+	report := e.settle(log, token, outcomes, shutdownCut)
 	if c, ok := e.db.(dialect.BatchCommitter); ok {
 		// Lock mode: the settling writes become visible only now.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
@@ -344,8 +344,11 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 		cancel()
 		if err != nil {
 			log.Error("batch not committed: its rows stay pending and are delivered again (same ids)", "token", token, "rows", len(msgs), "err", err)
+			report(false)
+			return
 		}
 	}
+	report(true)
 }
 
 // shutdownContext returns a context that ends ShutdownTimeout after ctx

@@ -31,8 +31,10 @@ const maxErrorLen = 1024
 
 // settle writes the outcome of every row of a batch: one statement per kind
 // of outcome. shutdownCut says the publish was cut short by shutdown, in
-// which case failed rows are released rather than retried.
-func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) {
+// which case failed rows are released rather than retried. It returns the
+// function that reports the outcomes to the observer, to be called once
+// they are durable.
+func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) (report func(committed bool)) {
 	var (
 		sent    []string
 		sentBy  = map[string]int{}
@@ -122,6 +124,21 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			return e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: released})
 		})
 	}
+	// The outcomes are reported once the caller knows they are durable:
+	// at once in lease mode, after the batch transaction commits in lock
+	// mode (a batch that does not commit goes back to pending: released).
+	return func(committed bool) {
+		if !committed {
+			e.obs.Settled("", OutcomeReleased, len(outcomes))
+			return
+		}
+		e.report(log, sentBy, retryBy, deferredBy, deadBy, len(released), firstRetry)
+	}
+}
+
+// report sends the outcome counts of one settled batch to the observer
+// and logs the failures once per destination.
+func (e *Engine) report(log *slog.Logger, sentBy, retryBy, deferredBy, deadBy map[string]int, released int, firstRetry map[string]string) {
 	for d, n := range sentBy {
 		e.obs.Settled(d, OutcomeSent, n)
 	}
@@ -138,8 +155,8 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 	for d, n := range deadBy {
 		e.obs.Settled(d, OutcomeDead, n)
 	}
-	if len(released) > 0 {
-		e.obs.Settled("", OutcomeReleased, len(released))
+	if released > 0 {
+		e.obs.Settled("", OutcomeReleased, released)
 	}
 }
 

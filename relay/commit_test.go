@@ -1,0 +1,92 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// lockDialect is the engine's view of a lock-mode dialect: writes are
+// accepted, and Commit decides whether they count. The point of the test is
+// the engine's reporting, not the database's behaviour (covered by
+// dialecttest.RunLockMode).
+type lockDialect struct {
+	commitErr error
+	msgs      []outbox.Message
+	claimed   bool
+}
+
+func (d *lockDialect) Claim(context.Context, dialect.ClaimParams) ([]outbox.Message, error) {
+	if d.claimed {
+		return nil, nil
+	}
+	d.claimed = true
+	return d.msgs, nil
+}
+func (d *lockDialect) Renew(context.Context, dialect.RenewParams) (int64, error) { return 0, nil }
+func (d *lockDialect) Complete(_ context.Context, p dialect.CompleteParams) (int64, error) {
+	return int64(len(p.IDs)), nil
+}
+func (d *lockDialect) Retry(_ context.Context, p dialect.RetryParams) (int64, error) {
+	return int64(len(p.Items)), nil
+}
+func (d *lockDialect) Dead(_ context.Context, p dialect.DeadParams) (int64, error) {
+	return int64(len(p.Items)), nil
+}
+func (d *lockDialect) Release(_ context.Context, p dialect.ReleaseParams) (int64, error) {
+	return int64(len(p.IDs)), nil
+}
+func (d *lockDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
+	return 0, nil
+}
+func (d *lockDialect) Commit(context.Context, string) error { return d.commitErr }
+
+type acceptAll struct{}
+
+func (acceptAll) Publish(context.Context, []outbox.Message) error { return nil }
+func (acceptAll) Close() error                                    { return nil }
+
+type toDest struct{}
+
+func (toDest) Route(*outbox.Message) (string, error) { return "d", nil }
+
+type settledCounter struct {
+	NopObserver
+	mu  sync.Mutex
+	got map[Outcome]int
+}
+
+func (c *settledCounter) Settled(_ string, o Outcome, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.got[o] += n
+}
+
+// TestLockModeReportsOnlyCommittedOutcomes: a batch whose transaction does
+// not commit is reported released (its rows are back to pending), not sent.
+func TestLockModeReportsOnlyCommittedOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		commitErr error
+		want      Outcome
+	}{{nil, OutcomeSent}, {errors.New("connection lost"), OutcomeReleased}} {
+		db := &lockDialect{commitErr: tc.commitErr, msgs: []outbox.Message{{ID: "a", Topic: "t"}, {ID: "b", Topic: "t"}}}
+		obs := &settledCounter{got: map[Outcome]int{}}
+		e, err := New(db, toDest{}, map[string]destination.Destination{"d": acceptAll{}}, Options{Observer: obs, Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := e.runBatch(context.Background(), e.log)
+		if err != nil || n != 2 {
+			t.Fatalf("runBatch = %d, %v", n, err)
+		}
+		if obs.got[tc.want] != 2 || len(obs.got) != 1 {
+			t.Fatalf("commit error %v: reported %v, want 2 rows %s", tc.commitErr, obs.got, tc.want)
+		}
+	}
+}
