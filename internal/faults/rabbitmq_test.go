@@ -119,6 +119,8 @@ routes:
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, time.Minute, func() bool { return sent() >= per+2000 }, "second drain made no progress")
+	// Whatever happens next, leave RabbitMQ running for the tests after us.
+	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "start_app").Run() })
 	rabbitmqctl(t, "stop_app")
 	stoppedAt := time.Now()
 	rabbitmqctl(t, "start_app")
