@@ -60,3 +60,27 @@ func TestIdleWaitBacksOffAfterAQuietSecond(t *testing.T) {
 		t.Fatalf("idle sibling waits %v, want MaxPollInterval (worker 0 wakes it)", d)
 	}
 }
+
+func TestFullScanBackoffFollowsItsCost(t *testing.T) {
+	var c claimPolicy
+	c.fullScanDone(false, 10*time.Millisecond)
+	if c.scanWait != time.Second {
+		t.Fatalf("after a cheap barren scan: wait %v, want the 1s minimum", c.scanWait)
+	}
+	c.fullScanDone(false, 10*time.Millisecond)
+	if c.scanWait != 2*time.Second {
+		t.Fatalf("after a second barren scan: wait %v, want 2s (doubling)", c.scanWait)
+	}
+	c.fullScanDone(false, 500*time.Millisecond)
+	if c.scanWait != 20*time.Second {
+		t.Fatalf("after a 500ms barren scan: wait %v, want 40 x 500ms", c.scanWait)
+	}
+	c.fullScanDone(false, 5*time.Second)
+	if c.scanWait != 30*time.Second {
+		t.Fatalf("wait %v, want the 30s cap", c.scanWait)
+	}
+	c.fullScanDone(true, time.Second)
+	if c.scanWait != 0 || !c.fullScanDue() {
+		t.Fatalf("a full scan that filled its batch must reset the backoff")
+	}
+}

@@ -22,12 +22,19 @@ import (
 // circuit — so when it comes back empty while this engine has no batch in
 // flight (nothing of ours explains the emptiness), the engine runs the
 // unbounded claim; if that comes back short too, the next unbounded claim
-// waits fullScanMinWait, doubling to fullScanMaxWait.
+// waits fullScanMinWait, doubling to fullScanMaxWait, and at least
+// fullScanCostFactor times as long as the barren scan took: a full scan
+// may cost a replica at most ~1/fullScanCostFactor of the database's time.
+// (Other replicas' in-flight heads also empty the window; before this
+// bound, two idle replicas re-walking a 50,000-row backlog every few
+// seconds took a third of the database from the one replica that had
+// work.)
 const (
-	claimWindowFactor = 4
-	claimWindowMin    = 1000
-	fullScanMinWait   = time.Second
-	fullScanMaxWait   = 30 * time.Second
+	claimWindowFactor  = 4
+	claimWindowMin     = 1000
+	fullScanMinWait    = time.Second
+	fullScanMaxWait    = 30 * time.Second
+	fullScanCostFactor = 40
 )
 
 // claimPolicy holds the state of the claim policy of one engine.
@@ -49,9 +56,10 @@ func (e *Engine) claim(ctx context.Context, token string) ([]outbox.Message, err
 		return msgs, err
 	}
 	p.Window = 0
+	start := time.Now()
 	msgs, err = e.db.Claim(ctx, p)
 	if err == nil {
-		e.policy.fullScanDone(len(msgs) == p.Limit)
+		e.policy.fullScanDone(len(msgs) == p.Limit, time.Since(start))
 	}
 	return msgs, err
 }
@@ -67,15 +75,16 @@ func (c *claimPolicy) fullScanDue() bool {
 	return !time.Now().Before(c.scanAfter)
 }
 
-// fullScanDone records an unbounded claim: a full one (it stopped at its
-// limit, cheaply) resets the backoff, a short one doubles it.
-func (c *claimPolicy) fullScanDone(full bool) {
+// fullScanDone records an unbounded claim that took took: a full one (it
+// stopped at its limit, cheaply) resets the backoff, a short one doubles
+// it, and makes it at least fullScanCostFactor × took.
+func (c *claimPolicy) fullScanDone(full bool, took time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if full {
 		c.scanWait, c.scanAfter = 0, time.Time{}
 		return
 	}
-	c.scanWait = min(max(2*c.scanWait, fullScanMinWait), fullScanMaxWait)
+	c.scanWait = min(max(2*c.scanWait, fullScanMinWait, fullScanCostFactor*took), fullScanMaxWait)
 	c.scanAfter = time.Now().Add(c.scanWait)
 }
