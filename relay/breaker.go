@@ -111,7 +111,7 @@ func (b *breaker) allow() (ok bool, wait time.Duration) {
 		return true, 0
 	default: // half-open: one probe at a time
 		if b.probing {
-			return false, b.openFor
+			return false, b.opt.OpenFor // the probe may close it soon: look again after the base wait
 		}
 		b.probing = true
 		return true, 0

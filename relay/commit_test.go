@@ -20,6 +20,7 @@ type lockDialect struct {
 	commitErr error
 	msgs      []outbox.Message
 	claimed   bool
+	retries   []dialect.RetryItem
 }
 
 func (d *lockDialect) Claim(context.Context, dialect.ClaimParams) ([]outbox.Message, error) {
@@ -34,6 +35,7 @@ func (d *lockDialect) Complete(_ context.Context, p dialect.CompleteParams) (int
 	return int64(len(p.IDs)), nil
 }
 func (d *lockDialect) Retry(_ context.Context, p dialect.RetryParams) (int64, error) {
+	d.retries = append(d.retries, p.Items...)
 	return int64(len(p.Items)), nil
 }
 func (d *lockDialect) Dead(_ context.Context, p dialect.DeadParams) (int64, error) {
@@ -87,6 +89,50 @@ func TestLockModeReportsOnlyCommittedOutcomes(t *testing.T) {
 		}
 		if obs.got[tc.want] != 2 || len(obs.got) != 1 {
 			t.Fatalf("commit error %v: reported %v, want 2 rows %s", tc.commitErr, obs.got, tc.want)
+		}
+	}
+}
+
+// partlyDown refuses message "b" at the connection level and accepts the
+// others: the destination is up, message b's failure is its own.
+type partlyDown struct{ all bool }
+
+func (p partlyDown) Publish(_ context.Context, msgs []outbox.Message) error {
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		if p.all || m.ID == "b" {
+			errs[i] = outbox.Unavailable(errors.New("403 forbidden"))
+		}
+	}
+	return destination.NewBatchError(errs)
+}
+func (partlyDown) Close() error { return nil }
+
+// TestOnlyAWholeDestinationFailureDefersRows: a connection-level failure
+// of some messages of a publish spends an attempt like any failure (else a
+// row refused forever would never die and would block its key); when every
+// message failed that way the destination is down and no attempt is spent.
+func TestOnlyAWholeDestinationFailureDefersRows(t *testing.T) {
+	for _, tc := range []struct {
+		all         bool
+		wantAttempt int
+	}{{false, 1}, {true, 0}} {
+		db := &lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", MaxAttempts: 5}, {ID: "b", Topic: "t", MaxAttempts: 5}}}
+		e, err := New(db, toDest{}, map[string]destination.Destination{"d": partlyDown{all: tc.all}}, Options{Lease: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.runBatch(context.Background(), e.log); err != nil {
+			t.Fatal(err)
+		}
+		var b *dialect.RetryItem
+		for i := range db.retries {
+			if db.retries[i].ID == "b" {
+				b = &db.retries[i]
+			}
+		}
+		if b == nil || b.Attempt != tc.wantAttempt {
+			t.Fatalf("whole destination down = %v: retry of b = %+v, want attempt %d", tc.all, b, tc.wantAttempt)
 		}
 	}
 }

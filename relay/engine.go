@@ -283,6 +283,10 @@ type outcome struct {
 	msg  *outbox.Message
 	dest string
 	err  error // nil: delivered
+	// deferred: the destination as a whole was unavailable (its circuit is
+	// open, or every message of the publish failed at the connection
+	// level); the row waits without spending an attempt.
+	deferred bool
 }
 
 // deliver routes, publishes and settles one claimed batch.
@@ -372,7 +376,7 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 		// attempt. The rows are due again when a probe may go through.
 		err := circuitOpenError(name, wait)
 		for _, i := range idx {
-			outcomes[i].err = err
+			outcomes[i].err, outcomes[i].deferred = err, true
 		}
 		return
 	}
@@ -397,7 +401,17 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 		b.abandon()
 		return
 	}
-	if from, to := b.record(batchUnavailable(errs)); from != to {
+	down := batchUnavailable(errs)
+	if down {
+		// The destination as a whole failed, not these rows: they wait
+		// without spending an attempt. A connection-level error of some
+		// messages while others went through says nothing of the kind and
+		// spends attempts like any failure.
+		for _, i := range idx {
+			outcomes[i].deferred = true
+		}
+	}
+	if from, to := b.record(down); from != to {
 		e.obs.BreakerChanged(name, to)
 		if to == BreakerOpen {
 			e.log.Warn("circuit opened: the destination keeps failing at the connection level; its rows wait without spending attempts",

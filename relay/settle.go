@@ -70,7 +70,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		attempt := m.Attempt + 1
 		attrs := []any{"id", m.ID, "topic", m.Topic, "key", m.Key, "destination", o.dest, "attempt", m.Attempt}
 		switch {
-		case outbox.IsUnavailable(o.err) && !permanent:
+		case o.deferred && !permanent:
 			// The destination is down, not the row: wait without spending
 			// an attempt, so that no row dies because a broker was away.
 			delay := e.opt.Backoff.Base

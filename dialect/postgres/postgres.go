@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"net"
 	"path"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -209,33 +208,10 @@ func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}
-	msgs := make([]outbox.Message, 0, p.Limit)
-	for rows.Next() {
-		var (
-			m                  outbox.Message
-			key, aggregateType *string
-			payload, headers   []byte
-		)
-		if err := rows.Scan(&m.ID, &m.Topic, &key, &payload, &headers, &aggregateType,
-			&m.Attempt, &m.MaxAttempts, &m.Sequence, &m.CreatedAt, &m.ScheduledAt); err != nil {
-			rows.Close()
-			return nil, interpretError("claim", err)
-		}
-		if key != nil {
-			m.Key = *key
-		}
-		if aggregateType != nil {
-			m.AggregateType = *aggregateType
-		}
-		m.Payload = payload
-		m.Headers, m.Malformed = decodeHeaders(headers)
-		msgs = append(msgs, m)
-	}
-	if err := rows.Err(); err != nil {
+	msgs, err := scanMessages(rows, p.Limit)
+	if err != nil {
 		return nil, interpretError("claim", err)
 	}
-	// RETURNING follows the UPDATE's join order, not the CTE's ORDER BY.
-	slices.SortFunc(msgs, compareMessages)
 	return msgs, nil
 }
 
