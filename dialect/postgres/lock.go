@@ -207,7 +207,7 @@ func scanMessages(rows pgx.Rows, limit int) ([]outbox.Message, error) {
 		m.CreatedAt = deref(createdAt)
 		m.ScheduledAt = deref(scheduledAt)
 		m.Payload = payload
-		m.Headers, m.Malformed = decodeHeaders(headers)
+		m.Headers, m.Malformed = dialect.DecodeHeaders(headers)
 		switch {
 		case m.Topic == "":
 			m.Malformed = errors.New("malformed row: the topic is NULL or empty")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -213,37 +212,6 @@ func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams
 		return nil, interpretError("claim", err)
 	}
 	return msgs, nil
-}
-
-// decodeHeaders turns the stored headers (a JSON object of strings) into a
-// map. Anything else leaves the map nil and returns the reason, which the
-// engine uses to dead-letter the row instead of failing the whole claim.
-func decodeHeaders(raw []byte) (map[string]string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, nil
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, fmt.Errorf("malformed headers: not a JSON object: %s", truncate(raw))
-	}
-	h := make(map[string]string, len(obj))
-	for k, v := range obj {
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return nil, fmt.Errorf("malformed headers: value of %q is not a string: %s", k, truncate(v))
-		}
-		h[k] = s
-	}
-	return h, nil
-}
-
-func truncate(b []byte) string {
-	const n = 64
-	if len(b) > n {
-		return string(b[:n]) + "…"
-	}
-	return string(b)
 }
 
 // Renew implements dialect.Dialect.

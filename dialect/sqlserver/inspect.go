@@ -174,7 +174,7 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 		for i, id := range p.IDs {
 			u, err := uuid.Parse(id)
 			if err != nil {
-				return 0, outbox.Permanent(fmt.Errorf("replay: id %q is not a UUID", truncate([]byte(id))))
+				return 0, outbox.Permanent(fmt.Errorf("replay: id %q is not a UUID", dialect.Snippet([]byte(id))))
 			}
 			canon[i] = u.String()
 		}

@@ -205,11 +205,11 @@ func leaseMillis(op string, lease time.Duration) (int32, error) {
 // the caller, which no retry fixes.
 func checkUUIDs(op string, token string, ids ...string) error {
 	if !isUUID(token) {
-		return outbox.Permanent(fmt.Errorf("sqlserver: %s: claim token %q is not a UUID", op, truncate([]byte(token))))
+		return outbox.Permanent(fmt.Errorf("sqlserver: %s: claim token %q is not a UUID", op, dialect.Snippet([]byte(token))))
 	}
 	for _, id := range ids {
 		if !isUUID(id) {
-			return outbox.Permanent(fmt.Errorf("sqlserver: %s: id %q is not a UUID", op, truncate([]byte(id))))
+			return outbox.Permanent(fmt.Errorf("sqlserver: %s: id %q is not a UUID", op, dialect.Snippet([]byte(id))))
 		}
 	}
 	return nil
@@ -270,9 +270,9 @@ func (d *Dialect) claimOnce(ctx context.Context, p dialect.ClaimParams, leaseMS 
 		m.AggregateType = aggregateTyp.String
 		m.CreatedAt, m.ScheduledAt = m.CreatedAt.UTC(), m.ScheduledAt.UTC()
 		m.Payload = []byte(payload.String)
-		m.Headers, m.Malformed = decodeHeaders(headers.String)
+		m.Headers, m.Malformed = dialect.DecodeHeaders([]byte(headers.String))
 		if !json.Valid(m.Payload) {
-			m.Malformed = fmt.Errorf("payload is not valid JSON: %s", truncate(m.Payload))
+			m.Malformed = fmt.Errorf("payload is not valid JSON: %s", dialect.Snippet(m.Payload))
 		}
 		msgs = append(msgs, m)
 	}
@@ -290,38 +290,6 @@ func (d *Dialect) claimOnce(ctx context.Context, p dialect.ClaimParams, leaseMS 
 		return strings.Compare(a.ID, b.ID)
 	})
 	return msgs, nil
-}
-
-// decodeHeaders turns the stored headers (NVARCHAR holding a JSON object of
-// strings) into a map. Anything else leaves the map nil and returns the
-// reason, which the engine uses to dead-letter the row instead of failing the
-// whole claim. Empty text and JSON null mean no headers.
-func decodeHeaders(raw string) (map[string]string, error) {
-	raw = strings.TrimSpace(raw)
-	if raw == "" || raw == "null" {
-		return nil, nil
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &obj); err != nil {
-		return nil, fmt.Errorf("malformed headers: not a JSON object: %s", truncate([]byte(raw)))
-	}
-	h := make(map[string]string, len(obj))
-	for k, v := range obj {
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return nil, fmt.Errorf("malformed headers: value of %q is not a string: %s", k, truncate(v))
-		}
-		h[k] = s
-	}
-	return h, nil
-}
-
-func truncate(b []byte) string {
-	const n = 64
-	if len(b) > n {
-		return string(b[:n]) + "…"
-	}
-	return string(b)
 }
 
 // Renew implements dialect.Dialect.
