@@ -16,13 +16,14 @@ import (
 	natsdest "github.com/queuebox/queuebox/destination/nats"
 )
 
-// tlsConfig builds a client TLS configuration from the config's tls block;
-// nil means the library's default (system roots, or no TLS for plain URLs).
+// tlsConfig builds the client TLS configuration of a destination's tls
+// block, the one place every adapter's *tls.Config comes from; nil means
+// the library's default (system roots, or no TLS for plain URLs).
 func tlsConfig(t *config.TLS) (*tls.Config, error) {
 	if t == nil {
 		return nil, nil
 	}
-	tc := &tls.Config{InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // the user's explicit choice
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // the user's explicit choice
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
@@ -34,7 +35,7 @@ func tlsConfig(t *config.TLS) (*tls.Config, error) {
 		}
 		tc.RootCAs = pool
 	}
-	if t.CertFile != "" {
+	if t.CertFile != "" || t.KeyFile != "" {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("tls.certFile/keyFile: %w", err)
@@ -51,6 +52,10 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 	if concurrency <= 0 {
 		concurrency = cfg.Relay.Concurrency
 	}
+	tc, err := tlsConfig(d.TLS)
+	if err != nil {
+		return nil, err
+	}
 	switch d.Type {
 	case "nats":
 		o := natsdest.Options{
@@ -64,9 +69,7 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			CreateStream:   d.StreamCreate,
 			StreamSubjects: d.StreamSubjects,
 			AckTimeout:     d.Timeout.D(),
-		}
-		if d.TLS != nil {
-			o.TLS = &natsdest.TLS{CAFile: d.TLS.CAFile, CertFile: d.TLS.CertFile, KeyFile: d.TLS.KeyFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify}
+			TLS:            tc,
 		}
 		return natsdest.New(ctx, o, log)
 	case "http":
@@ -76,19 +79,13 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			Timeout:     d.Timeout.D(),
 			Headers:     d.Headers,
 			Concurrency: concurrency,
+			TLS:         tc,
 		}
 		if d.Auth != nil {
 			o.Auth = &httpdest.Auth{Bearer: d.Auth.Bearer, Username: d.Auth.Username, Password: d.Auth.Password}
 		}
-		if d.TLS != nil {
-			o.TLS = &httpdest.TLS{CAFile: d.TLS.CAFile, CertFile: d.TLS.CertFile, KeyFile: d.TLS.KeyFile, InsecureSkipVerify: d.TLS.InsecureSkipVerify}
-		}
 		return httpdest.New(ctx, o, log)
 	case "kafka":
-		tc, err := tlsConfig(d.TLS)
-		if err != nil {
-			return nil, err
-		}
 		o := kafkadest.Options{
 			Name:         name,
 			Brokers:      d.Brokers,
@@ -103,10 +100,6 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 		}
 		return kafkadest.New(o, log)
 	case "amqp":
-		tc, err := tlsConfig(d.TLS)
-		if err != nil {
-			return nil, err
-		}
 		return amqpdest.New(ctx, amqpdest.Options{
 			Name:            name,
 			URL:             d.URL,

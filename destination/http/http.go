@@ -30,7 +30,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -39,7 +38,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,14 +75,6 @@ type Auth struct {
 	Password string
 }
 
-// TLS configures the client side of HTTPS connections.
-type TLS struct {
-	CAFile             string
-	CertFile           string
-	KeyFile            string
-	InsecureSkipVerify bool
-}
-
 // Options configures a Destination; the fields map one to one onto the
 // `type: http` destination keys of the configuration.
 type Options struct {
@@ -104,7 +94,7 @@ type Options struct {
 	Concurrency int
 	// MaxRetryAfter caps a receiver's Retry-After. 0: DefaultMaxRetryAfter.
 	MaxRetryAfter time.Duration
-	TLS           *TLS
+	TLS           *tls.Config // nil: the system roots
 }
 
 // Destination POSTs messages to an HTTP endpoint. It is safe for
@@ -214,11 +204,7 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 	tr.MaxIdleConnsPerHost = o.Concurrency
 	tr.MaxConnsPerHost = 0
 	if o.TLS != nil {
-		cfg, err := tlsConfig(o.TLS)
-		if err != nil {
-			return nil, fmt.Errorf("http destination %q: tls: %w", o.Name, err)
-		}
-		tr.TLSClientConfig = cfg
+		tr.TLSClientConfig = o.TLS
 	}
 	d.transport = tr
 	d.client = &http.Client{
@@ -547,27 +533,4 @@ func (d *Destination) Close() error {
 		d.transport.CloseIdleConnections()
 	})
 	return nil
-}
-
-func tlsConfig(t *TLS) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("caFile %s: no PEM certificates", t.CAFile)
-		}
-		cfg.RootCAs = pool
-	}
-	if t.CertFile != "" || t.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
 }

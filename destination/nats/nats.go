@@ -18,12 +18,10 @@ package nats
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,14 +51,6 @@ const (
 	DefaultConnectWait   = 5 * time.Second
 )
 
-// TLS configures the client side of a TLS connection.
-type TLS struct {
-	CAFile             string
-	CertFile           string
-	KeyFile            string
-	InsecureSkipVerify bool
-}
-
 // Options configures a Destination. The fields map one to one onto the
 // `type: nats` destination keys of the configuration.
 type Options struct {
@@ -76,7 +66,7 @@ type Options struct {
 	SubjectFrom string
 	Token       string
 	CredsFile   string
-	TLS         *TLS
+	TLS         *tls.Config // nil: no TLS unless a tls:// URL
 	// MaxPending bounds the outstanding asynchronous publishes of the
 	// destination (shared by concurrent Publish calls). 0: DefaultMaxPending.
 	MaxPending int
@@ -201,11 +191,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
 	}
 	if o.TLS != nil {
-		cfg, err := tlsConfig(o.TLS)
-		if err != nil {
-			return nil, fmt.Errorf("nats destination %q: tls: %w", o.Name, err)
-		}
-		opts = append(opts, nats.Secure(cfg))
+		opts = append(opts, nats.Secure(o.TLS))
 	}
 	nc, err := nats.Connect(strings.Join(o.Servers, ","), opts...)
 	if err != nil {
@@ -537,27 +523,4 @@ func redactURLs(servers []string) string {
 		out[i] = u.String()
 	}
 	return strings.Join(out, ",")
-}
-
-func tlsConfig(t *TLS) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("caFile %s: no PEM certificates", t.CAFile)
-		}
-		cfg.RootCAs = pool
-	}
-	if t.CertFile != "" || t.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
 }
