@@ -102,6 +102,9 @@ type Backoff struct {
 // Server is the management HTTP server (/metrics, /health/*).
 type Server struct {
 	Listen string `yaml:"listen"` // empty: no server
+	// Pprof serves the Go runtime profiles (net/http/pprof) under
+	// /debug/pprof/ on the management server.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log configures log/slog output.

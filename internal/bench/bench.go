@@ -7,6 +7,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,14 +32,21 @@ type Options struct {
 	BatchSize   int    // relay.batchSize and the bare loop's batch (1,000)
 	Concurrency int    // HTTP requests in flight, relay and bare (16)
 	ClaimMode   string // relay.claimMode of the relay replicas: lease (default) or lock
+	Inflight    int    // relay.inflightBatches of the replicas; 0 = the relay's default
 	SyncCommit  string // database.synchronousCommit of the relay replicas; "" = the relay's default (off)
 	Replicas    []int  // relay processes per drain ({1, 3})
+	Runs        int    // rounds per case; the report keeps the medians (1)
 	Cases       []string
 
 	Rate       int           // offered load of the latency case, rows/s (2,000)
 	Duration   time.Duration // of the latency case (10s)
 	IdleWindow time.Duration // idle cost measurement (10s, after 4s to settle)
 	Timeout    time.Duration // per drain (5m)
+
+	// ProfileDir, when set, receives a CPU profile of the first replica of
+	// every drain (<case>-x<replicas>.pprof), taken through its
+	// server.pprof endpoint for about as long as the bare loop took.
+	ProfileDir string
 
 	Progress io.Writer // progress lines; nil = none
 }
@@ -54,6 +62,7 @@ func Defaults() Options {
 		BatchSize:   1_000,
 		Concurrency: 16,
 		Replicas:    []int{1, 3},
+		Runs:        1,
 		Rate:        2_000,
 		Duration:    10 * time.Second,
 		IdleWindow:  10 * time.Second,
@@ -91,6 +100,7 @@ type Report struct {
 	Rows      int       `json:"rows"`
 	Keys      int       `json:"keys"`
 	BatchSize int       `json:"batchSize"`
+	Runs      int       `json:"runs"`
 	Payload   int       `json:"payloadBytes"`
 	Drains    []Drain   `json:"drains"`
 	Latency   []Latency `json:"latency"`
@@ -115,7 +125,9 @@ type Drain struct {
 	Dest     string     `json:"destination"`
 	Keyed    bool       `json:"keyed"`
 	Rows     int        `json:"rows"`
+	Runs     int        `json:"runs"` // rounds; the figures are their medians
 	Bare     float64    `json:"bareRowsPerSec"`
+	BareDB   float64    `json:"bareDatabaseCpuSecondsPer10kRows,omitempty"`
 	Relay    []RelayRun `json:"relay"`
 	BareErr  string     `json:"bareError,omitempty"`
 	Warnings []string   `json:"warnings,omitempty"`
@@ -125,9 +137,12 @@ type Drain struct {
 type RelayRun struct {
 	Replicas      int     `json:"replicas"`
 	RowsPerSec    float64 `json:"rowsPerSec"`
-	Ratio         float64 `json:"ratio"` // RowsPerSec ÷ bare
+	Ratio         float64 `json:"ratio"` // RowsPerSec ÷ bare of the same round
+	RatioMin      float64 `json:"ratioMin,omitempty"`
+	RatioMax      float64 `json:"ratioMax,omitempty"`
 	CPUPer10k     float64 `json:"cpuSecondsPer10kRows"`
-	PeakRSSMiB    float64 `json:"peakRssMiB"` // the largest replica's VmHWM
+	DBCPUPer10k   float64 `json:"databaseCpuSecondsPer10kRows,omitempty"` // local PostgreSQL only
+	PeakRSSMiB    float64 `json:"peakRssMiB"`                             // the largest replica's VmHWM
 	IdleQPS       float64 `json:"idleQueriesPerSecPerReplica"`
 	IdleCPU       float64 `json:"idleCpuPercentPerReplica"`
 	Duplicates    int     `json:"duplicates"`
@@ -184,6 +199,9 @@ func (o *Options) fill() {
 	if len(o.Replicas) == 0 {
 		o.Replicas = d.Replicas
 	}
+	if o.Runs <= 0 {
+		o.Runs = 1
+	}
 	if o.Rate <= 0 {
 		o.Rate = d.Rate
 	}
@@ -216,7 +234,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer w.close()
-	rep := &Report{Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Payload: o.PayloadSize, Started: time.Now()}
+	rep := &Report{Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Runs: o.Runs, Payload: o.PayloadSize, Started: time.Now()}
 	rep.Machine = machine(ctx, w)
 	tmp, err := os.MkdirTemp("", "queuebox-bench-")
 	if err != nil {
@@ -230,29 +248,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if !o.want(name) {
 				continue
 			}
-			d := Drain{Case: name, Dest: dest, Keyed: keyed, Rows: o.Rows}
-			o.say("== %s: %d rows, batch %d", name, o.Rows, o.BatchSize)
-			bare, err := runBare(ctx, w, &o, dest, keyed)
-			if err != nil {
-				d.BareErr = err.Error()
-				o.say("   bare loop failed: %v", err)
-			} else {
-				d.Bare = bare
-				o.say("   bare loop      %8.0f rows/s", bare)
-			}
-			for _, n := range o.Replicas {
-				rr := runRelay(ctx, w, &o, tmp, dest, keyed, n)
-				if d.Bare > 0 {
-					rr.Ratio = rr.RowsPerSec / d.Bare
-				}
-				if rr.Error != "" {
-					o.say("   relay ×%d failed: %s", n, rr.Error)
-				} else {
-					o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  rss %.0f MiB  idle %.1f q/s %.1f%% cpu",
-						n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
-				}
-				d.Relay = append(d.Relay, rr)
-			}
+			d := runDrain(ctx, w, &o, tmp, name, dest, keyed)
 			rep.Drains = append(rep.Drains, d)
 			if ctx.Err() != nil {
 				return rep, ctx.Err()
@@ -298,24 +294,24 @@ func machine(ctx context.Context, w *world) Machine {
 // topicFor returns a fresh topic (= NATS subject) for one run.
 func topicFor() string { return "qbb." + randomHex(6) }
 
-func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool) (float64, error) {
+func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool) (rowsPerSec, dbPer10k float64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	s, err := w.newSchema(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer s.close()
 	topic := topicFor()
 	if err := s.insert(ctx, topic, o.Rows, keysOf(o, keyed), o.PayloadSize); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var publish publishFunc
 	switch dest {
 	case "nats":
 		st, err := w.stream(ctx, topic)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		defer func() { _ = w.js.DeleteStream(context.WithoutCancel(ctx), st.CachedInfo().Config.Name) }()
 		publish = barePublishNATS(w.js, topic)
@@ -325,16 +321,86 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 		defer w.hook.set(nil)
 		publish = barePublishHTTP(httpClient(o.Concurrency), w.hookURL+"/hooks/"+topic, o.Concurrency)
 	}
-	start := time.Now()
+	start, db0 := time.Now(), databaseCPU()
 	n, err := bareLoop(ctx, s, keyed, o.BatchSize, publish)
-	elapsed := time.Since(start)
+	elapsed, db := time.Since(start), databaseCPU()-db0
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if n != o.Rows {
-		return 0, fmt.Errorf("bare loop sent %d of %d rows", n, o.Rows)
+		return 0, 0, fmt.Errorf("bare loop sent %d of %d rows", n, o.Rows)
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	return float64(n) / elapsed.Seconds(), db.Seconds() / float64(n) * 10_000, nil
+}
+
+// runDrain runs one case o.Runs times — the bare loop, then the relay at
+// each replica count, each ratio against the bare loop of its own round —
+// and keeps the median: of the bare rates, and for each replica count the
+// round with the median ratio, with the lowest and highest ratio beside it.
+func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string, keyed bool) Drain {
+	d := Drain{Case: name, Dest: dest, Keyed: keyed, Rows: o.Rows, Runs: o.Runs}
+	var bares, bareDBs []float64
+	runs := make([][]RelayRun, len(o.Replicas))
+	for round := 1; round <= o.Runs && ctx.Err() == nil; round++ {
+		if o.Runs > 1 {
+			o.say("== %s: %d rows, batch %d, round %d of %d", name, o.Rows, o.BatchSize, round, o.Runs)
+		} else {
+			o.say("== %s: %d rows, batch %d", name, o.Rows, o.BatchSize)
+		}
+		bare, bareDB, err := runBare(ctx, w, o, dest, keyed)
+		if err != nil {
+			d.BareErr = err.Error()
+			o.say("   bare loop failed: %v", err)
+			continue
+		}
+		bares, bareDBs = append(bares, bare), append(bareDBs, bareDB)
+		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k", bare, bareDB)
+		for i, n := range o.Replicas {
+			rr := runRelay(ctx, w, o, tmp, dest, keyed, n, profileSpec{
+				path: profilePath(o.ProfileDir, name, n), seconds: profileSeconds(o.Rows, bare)})
+			rr.Ratio = rr.RowsPerSec / bare
+			if rr.Error != "" {
+				o.say("   relay ×%d failed: %s", n, rr.Error)
+			} else {
+				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  rss %.0f MiB  idle %.1f q/s %.1f%% cpu",
+					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
+			}
+			runs[i] = append(runs[i], rr)
+		}
+	}
+	if len(bares) > 0 {
+		d.Bare, d.BareDB = median(bares), median(bareDBs)
+	}
+	for i, n := range o.Replicas {
+		d.Relay = append(d.Relay, medianRun(runs[i], n))
+	}
+	return d
+}
+
+// medianRun returns the run with the median ratio (the first failure when
+// any round failed), with RatioMin and RatioMax over the rounds.
+func medianRun(runs []RelayRun, replicas int) RelayRun {
+	if len(runs) == 0 {
+		return RelayRun{Replicas: replicas, Error: "not run"}
+	}
+	for _, r := range runs {
+		if r.Error != "" {
+			return r
+		}
+	}
+	sorted := slices.Clone(runs)
+	slices.SortFunc(sorted, func(a, b RelayRun) int { return cmp.Compare(a.Ratio, b.Ratio) })
+	m := sorted[len(sorted)/2]
+	m.RatioMin, m.RatioMax = sorted[0].Ratio, sorted[len(sorted)-1].Ratio
+	return m
+}
+
+// median returns the middle value of xs (the upper one of the two middle
+// values when len(xs) is even).
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func keysOf(o *Options, keyed bool) int {
@@ -344,7 +410,7 @@ func keysOf(o *Options, keyed bool) int {
 	return 0
 }
 
-func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed bool, replicas int) (rr RelayRun) {
+func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed bool, replicas int, prof profileSpec) (rr RelayRun) {
 	rr.Replicas = replicas
 	fail := func(err error) RelayRun { rr.Error = err.Error(); return rr }
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -358,8 +424,13 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	if err := s.insert(ctx, topic, o.Rows, keysOf(o, keyed), o.PayloadSize); err != nil {
 		return fail(err)
 	}
-	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, ClaimMode: o.ClaimMode, SyncCommit: o.SyncCommit, Dest: dest,
+	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, ClaimMode: o.ClaimMode, Inflight: o.Inflight, SyncCommit: o.SyncCommit, Dest: dest,
 		NATSURL: w.natsURL, Subject: topic, HookURL: w.hookURL + "/hooks/{{ topic }}"}
+	if prof.path != "" {
+		if cfg.Listen, err = freeAddr(); err != nil {
+			return fail(err)
+		}
+	}
 	var wait func() (time.Time, error)
 	switch dest {
 	case "nats":
@@ -397,7 +468,13 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		}
 	}
 	rr.StartupMillis = float64(start.Sub(spawn).Microseconds()) / 1000
-	before := procAll(reps)
+	before, db0 := procAll(reps), databaseCPU()
+	profiled := make(chan error, 1)
+	if prof.path != "" {
+		go func() { profiled <- fetchProfile(ctx, cfg.Listen, prof) }()
+	} else {
+		profiled <- nil
+	}
 	doneAt, err := wait()
 	if err != nil {
 		for _, r := range reps {
@@ -408,7 +485,8 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		}
 		return fail(err)
 	}
-	after := procAll(reps)
+	after, db := procAll(reps), databaseCPU()-db0
+	rr.DBCPUPer10k = db.Seconds() / float64(o.Rows) * 10_000
 	rr.DrainSeconds = doneAt.Sub(start).Seconds()
 	rr.RowsPerSec = float64(o.Rows) / rr.DrainSeconds
 	var cpu time.Duration
@@ -417,6 +495,9 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		rr.PeakRSSMiB = max(rr.PeakRSSMiB, float64(after[i].hwmKiB)/1024)
 	}
 	rr.CPUPer10k = cpu.Seconds() / float64(o.Rows) * 10_000
+	if err := <-profiled; err != nil {
+		o.say("   cpu profile not written: %v", err)
+	}
 
 	// All rows are acked; wait until they are marked sent, then measure
 	// what the idle replicas cost.

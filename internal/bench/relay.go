@@ -40,7 +40,9 @@ type relayConfig struct {
 	HookURL     string
 	Notify      string // channel; "" = poll
 	ClaimMode   string // relay.claimMode; "" = auto (lease on the bundled table)
+	Inflight    int    // relay.inflightBatches; 0 = the relay's default
 	SyncCommit  string // database.synchronousCommit; "" = the relay's default
+	Listen      string // server.listen with server.pprof on; "" = no management server
 }
 
 func (c relayConfig) yaml() string {
@@ -53,10 +55,18 @@ func (c relayConfig) yaml() string {
 	if c.ClaimMode != "" {
 		fmt.Fprintf(&b, "  claimMode: %s\n", c.ClaimMode)
 	}
+	if c.Inflight > 0 {
+		fmt.Fprintf(&b, "  inflightBatches: %d\n", c.Inflight)
+	}
 	if c.Notify != "" {
 		fmt.Fprintf(&b, "  notify: {channel: %q, createTrigger: true}\n", c.Notify)
 	}
-	b.WriteString("server:\n  listen: \"\"\nlog:\n  level: info\n  format: text\n")
+	if c.Listen != "" {
+		fmt.Fprintf(&b, "server:\n  listen: %q\n  pprof: true\n", c.Listen)
+	} else {
+		b.WriteString("server:\n  listen: \"\"\n")
+	}
+	b.WriteString("log:\n  level: info\n  format: text\n")
 	switch c.Dest {
 	case "nats":
 		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: nats\n    servers: [%q]\n    subject: %q\n    stream: %q\n", c.NATSURL, c.Subject, c.Stream)
@@ -204,6 +214,27 @@ func readProc(pid int) procStat {
 		}
 	}
 	return st
+}
+
+// databaseCPU is the CPU time of every process named postgres on this
+// machine (server, backends, background workers): what a drain cost the
+// database, when it is local. Processes that exited between two readings
+// (autovacuum workers) are missed; zero when no PostgreSQL runs here.
+func databaseCPU() time.Duration {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var total time.Duration
+	for _, d := range dirs {
+		comm, err := os.ReadFile(d + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		total += readProc(pid).cpu
+	}
+	return total
 }
 
 func kib(line string) int64 {

@@ -18,27 +18,31 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteTable writes r as readable tables.
 func (r *Report) WriteTable(w io.Writer) error {
 	m := r.Machine
-	fmt.Fprintf(w, "queuebox bench — %d rows, %d keys (keyed cases), payload %d B, batch %d\n", r.Rows, r.Keys, r.Payload, r.BatchSize)
+	fmt.Fprintf(w, "queuebox bench — %d rows, %d keys (keyed cases), payload %d B, batch %d, %d round(s) per case (medians)\n", r.Rows, r.Keys, r.Payload, r.BatchSize, r.Runs)
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s, PostgreSQL %s, NATS %s; elapsed %s\n\n", m.CPUs, m.CPU, m.GOOS, m.Go, m.PostgreSQL, m.NATS, r.Elapsed)
 	if len(r.Drains) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "case\tbare rows/s\treplicas\trelay rows/s\trelay ÷ bare\tCPU s/10k rows\tpeak RSS MiB\tidle q/s/replica\tidle CPU %/replica\t")
+		fmt.Fprintln(tw, "case\tbare rows/s\tbare DB CPU s/10k\treplicas\trelay rows/s\trelay ÷ bare\t(min–max)\tCPU s/10k rows\tDB CPU s/10k\tpeak RSS MiB\tidle q/s/replica\tidle CPU %/replica\t")
 		for _, d := range r.Drains {
-			bare := fmt.Sprintf("%.0f", d.Bare)
+			bare, bareDB := fmt.Sprintf("%.0f", d.Bare), fmt.Sprintf("%.2f", d.BareDB)
 			if d.BareErr != "" {
-				bare = "FAILED"
+				bare, bareDB = "FAILED", ""
 			}
 			for i, rr := range d.Relay {
-				name, b := d.Case, bare
+				name, b, bdb := d.Case, bare, bareDB
 				if i > 0 {
-					name, b = "", ""
+					name, b, bdb = "", "", ""
 				}
 				if rr.Error != "" {
-					fmt.Fprintf(tw, "%s\t%s\t%d\tFAILED\t\t\t\t\t\t\n", name, b, rr.Replicas)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\tFAILED\t\t\t\t\t\t\t\t\n", name, b, bdb, rr.Replicas)
 					continue
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.2f\t%.2f\t%.1f\t%.1f\t%.2f\t\n",
-					name, b, rr.Replicas, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
+				spread := ""
+				if d.Runs > 1 {
+					spread = fmt.Sprintf("%.2f–%.2f", rr.RatioMin, rr.RatioMax)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.2f\t%s\t%.2f\t%.2f\t%.1f\t%.1f\t%.2f\t\n",
+					name, b, bdb, rr.Replicas, rr.RowsPerSec, rr.Ratio, spread, rr.CPUPer10k, rr.DBCPUPer10k, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
 			}
 		}
 		tw.Flush()

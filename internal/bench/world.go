@@ -59,14 +59,16 @@ func withDatabase(rawURL, name string) (string, error) {
 	return u.String(), nil
 }
 
-// withSearchPath returns rawURL whose connections use schema as search_path.
+// withSearchPath returns rawURL whose connections use schema as search_path,
+// keeping the options the URL already has (say -c log_min_duration_statement=0
+// to see every statement of a run in the server log).
 func withSearchPath(rawURL, schema string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return rawURL
 	}
 	q := u.Query()
-	q.Set("options", "-c search_path="+schema)
+	q.Set("options", strings.TrimSpace(q.Get("options")+" -c search_path="+schema))
 	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String()
 }
