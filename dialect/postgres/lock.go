@@ -51,6 +51,7 @@ var (
 type LockDialect struct {
 	*Dialect
 	lockQueries map[string]string
+	claims      *claimShapes // lock/claim.sql per limit
 	timeout     time.Duration
 
 	mu      sync.Mutex
@@ -86,7 +87,19 @@ func NewLockMode(pool *pgxpool.Pool, m dialect.Mapping, lockTimeout time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return &LockDialect{Dialect: base, lockQueries: lq, timeout: lockTimeout, batches: map[string]*lockedBatch{}}, nil
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	src, err := lockFiles.ReadFile("sql/lock/claim.sql")
+	if err != nil {
+		return nil, err
+	}
+	claims, err := newClaimShapes("lock/claim.sql", string(src), templateFuncs(m, o), renderDataFor(m, o))
+	if err != nil {
+		return nil, err
+	}
+	return &LockDialect{Dialect: base, lockQueries: lq, claims: claims, timeout: lockTimeout, batches: map[string]*lockedBatch{}}, nil
 }
 
 // RenderLock returns the SQL of lock mode's queries rendered for m.
@@ -95,10 +108,7 @@ func RenderLock(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	data := struct {
-		Table string
-		Hold  bool
-	}{Table: m.Table(QuoteIdent), Hold: o.hold}
+	data := renderDataFor(m, o)
 	funcs := templateFuncs(m, o)
 	out := make(map[string]string, len(lockQueryNames))
 	for _, name := range lockQueryNames {
@@ -149,7 +159,11 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 		set_config('statement_timeout', $1, true)`, ms); err != nil {
 		return nil, interpretError("lock claim", err)
 	}
-	rows, err := tx.Query(ctx, d.lockQueries["claim"], p.Limit)
+	query, err := d.claims.sql(p.Limit, 0)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, query)
 	if err != nil {
 		return nil, interpretError("lock claim", err)
 	}

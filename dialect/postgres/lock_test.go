@@ -46,7 +46,7 @@ func TestRenderAbsentColumns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := render(m, false, WithIDType("bigint"), func(o *options) { o.lock = true })
+	q, err := Render(m, WithIDType("bigint"), func(o *options) { o.lock = true })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,12 +37,9 @@ type Dialect struct {
 	mapping dialect.Mapping
 	opts    options
 	queries map[string]string
+	// claims renders claim.sql per (limit, window); nil in lock mode.
+	claims *claimShapes
 }
-
-// claimWindowQuery is the bounded variant of the claim (claim.sql rendered
-// with .Window; docs/claim.md, "Bounding the candidate scan"), used when
-// ClaimParams.Window is positive.
-const claimWindowQuery = "claim#window"
 
 // Option changes how New renders the SQL.
 type Option func(*options)
@@ -74,12 +71,22 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 	if err != nil {
 		return nil, err
 	}
-	windowed, err := render(m, true, opts...)
-	if err != nil {
-		return nil, err
+	d := &Dialect{pool: pool, mapping: m, opts: o, queries: queries}
+	if !o.lock {
+		src, err := sqlFiles.ReadFile("sql/claim.sql")
+		if err != nil {
+			return nil, err
+		}
+		d.claims, err = newClaimShapes("claim.sql", string(src), templateFuncs(m, o), renderDataFor(m, o))
+		if err != nil {
+			return nil, err
+		}
 	}
-	queries[claimWindowQuery] = windowed["claim"]
-	return &Dialect{pool: pool, mapping: m, opts: o, queries: queries}, nil
+	return d, nil
+}
+
+func renderDataFor(m dialect.Mapping, o options) renderData {
+	return renderData{Table: m.Table(QuoteIdent), Hold: o.hold, Limit: renderLimit}
 }
 
 // HoldsDeadKeys reports whether the dialect was built WithHoldDeadKeys(true).
@@ -112,16 +119,10 @@ func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
-// Render returns the SQL of every query name rendered for m. It is what New
-// runs once; it is exported for `queuebox migrate sql`-style inspection and
-// for tests.
+// Render returns the SQL of every query name rendered for m (the claim for a
+// batch of renderLimit rows, unbounded). It is what New runs once; it is
+// exported for `queuebox migrate sql`-style inspection and for tests.
 func Render(m dialect.Mapping, opts ...Option) (map[string]string, error) {
-	return render(m, false, opts...)
-}
-
-// render is Render; window renders the bounded claim variant (claim.sql
-// with .Window) in place of the plain one.
-func render(m dialect.Mapping, window bool, opts ...Option) (map[string]string, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -134,11 +135,7 @@ func render(m dialect.Mapping, window bool, opts ...Option) (map[string]string, 
 	if m.TableName() == "" {
 		return nil, errors.New("postgres: empty mapping (use dialect.DefaultMapping or dialect.NewMapping)")
 	}
-	data := struct {
-		Table  string
-		Hold   bool
-		Window bool
-	}{Table: m.Table(QuoteIdent), Hold: o.hold, Window: window}
+	data := renderDataFor(m, o)
 	funcs := templateFuncs(m, o)
 	out := make(map[string]string, len(dialect.QueryNames()))
 	for _, name := range QueryNames() {
@@ -180,11 +177,11 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if p.Lease <= 0 {
 		return nil, errors.New("postgres: claim: lease must be positive")
 	}
-	query := d.queries["claim"]
-	if p.Window > 0 {
-		query = d.queries[claimWindowQuery]
+	query, err := d.claims.sql(p.Limit, max(p.Window, 0))
+	if err != nil {
+		return nil, err
 	}
-	return d.claim(ctx, query, p, int64(p.Window))
+	return d.claim(ctx, query, p)
 }
 
 func compareMessages(a, b outbox.Message) int {
@@ -197,13 +194,9 @@ func compareMessages(a, b outbox.Message) int {
 	return strings.Compare(a.ID, b.ID)
 }
 
-// claim runs one claim query (window > 0: the bounded one).
-func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams, window int64) ([]outbox.Message, error) {
-	args := []any{p.Token, p.Limit, micros(p.Lease)}
-	if window > 0 {
-		args = append(args, window)
-	}
-	rows, err := d.pool.Query(ctx, query, args...)
+// claim runs one rendered claim statement.
+func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
+	rows, err := d.pool.Query(ctx, query, p.Token, micros(p.Lease))
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}

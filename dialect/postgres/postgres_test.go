@@ -341,7 +341,17 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	explain := func(name string, args ...any) string {
-		rows, err := pg.Pool.Query(ctx, "EXPLAIN "+d.queries[name], args...)
+		query := d.queries[name]
+		switch name {
+		case "claim":
+			query, err = d.claims.sql(100, 0)
+		case "claim#window":
+			query, err = d.claims.sql(100, 1000)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := pg.Pool.Query(ctx, "EXPLAIN "+query, args...)
 		if err != nil {
 			t.Fatalf("explain %s: %v", name, err)
 		}
@@ -353,7 +363,8 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 	token := "6f1c1a5e-0000-4000-8000-000000000001"
 	plans := map[string]string{
-		"claim":           explain("claim", token, 100, int64(30e6)),
+		"claim":           explain("claim", token, int64(30e6)),
+		"claim#window":    explain("claim#window", token, int64(30e6)),
 		"release_expired": explain("release_expired", 100),
 		"complete":        explain("complete", token, []string{token}),
 	}
@@ -362,9 +373,11 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 			t.Errorf("%s plan scans the whole table:\n%s", name, plan)
 		}
 	}
-	for _, idx := range []string{"outbox_claim_idx", "outbox_key_sequence_idx"} {
-		if !strings.Contains(plans["claim"], idx) {
-			t.Errorf("claim plan does not use %s:\n%s", idx, plans["claim"])
+	for _, name := range []string{"claim", "claim#window"} {
+		for _, idx := range []string{"outbox_claim_idx", "outbox_key_sequence_idx"} {
+			if !strings.Contains(plans[name], idx) {
+				t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
+			}
 		}
 	}
 	if t.Failed() {
@@ -385,5 +398,47 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 			t.Fatalf("key %s claimed twice", m.Key)
 		}
 		seen[m.Key] = true
+	}
+}
+
+// TestClaimShapes: the batch size and the window are literals of the
+// rendered claim (so that the server can keep one generic plan), each shape
+// is rendered once, and only the token and the lease are parameters.
+func TestClaimShapes(t *testing.T) {
+	m := dialect.DefaultMapping()
+	src, err := sqlFiles.ReadFile("sql/claim.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newClaimShapes("claim.sql", string(src), templateFuncs(m, options{}), renderDataFor(m, options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	windowed, err := c.sql(250, 4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"LIMIT 250", "+ 4000::bigint", "$1", "$2::bigint"} {
+		if !strings.Contains(windowed, want) {
+			t.Errorf("windowed claim lacks %q:\n%s", want, windowed)
+		}
+	}
+	if strings.Contains(windowed, "$3") || strings.Contains(windowed, "$4") {
+		t.Errorf("windowed claim has more than two parameters:\n%s", windowed)
+	}
+	full, err := c.sql(250, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(full, "LIMIT 250") || strings.Contains(full, "::bigint\n    ORDER BY") || strings.Contains(full, "AS w") {
+		t.Errorf("unbounded claim is wrong:\n%s", full)
+	}
+	for i := 0; i < 2*maxClaimShapes; i++ {
+		if _, err := c.sql(i+1, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.shapes); n > maxClaimShapes {
+		t.Errorf("%d shapes kept, want at most %d", n, maxClaimShapes)
 	}
 }

@@ -1,5 +1,8 @@
--- claim: move up to $2 ready rows to processing under claim token $1 for a
--- lease of $3 microseconds, in one statement. See doc.go and docs/claim.md.
+-- claim: move up to .Limit ready rows to processing under claim token $1 for
+-- a lease of $2 microseconds, in one statement. See doc.go and docs/claim.md.
+-- .Limit and .Window are literals, not parameters, so that the server can
+-- keep one generic plan instead of planning every claim (render.go,
+-- claimShapes).
 --
 -- A row is ready when it is pending, due on the database clock, and the head
 -- of its key: no pending or processing row of the same non-empty key comes
@@ -19,27 +22,27 @@ WITH candidates AS (
       {{ if has "scheduledAt" }}AND c.{{ col "scheduledAt" }} <= now(){{ end }}
 {{- template "headOfKey" (alias "c") }}
 {{- if .Window }}
-      -- The bounded variant (claim#window, see docs/claim.md): only rows
-      -- within $4 sequence numbers of the first due pending row are
-      -- candidates, so that a claim that finds every head in flight gives
-      -- up after at most $4 rows instead of walking the whole backlog.
+      -- The bounded variant (see docs/claim.md): only rows within .Window
+      -- sequence numbers of the first due pending row are candidates, so
+      -- that a claim that finds every head in flight gives up after at
+      -- most .Window rows instead of walking the whole backlog.
       AND c.{{ col "sequence" }} < (
           SELECT w.{{ col "sequence" }}
           FROM {{ .Table }} AS w
           WHERE w.{{ col "state" }} = {{ state "pending" }}
             {{ if has "scheduledAt" }}AND w.{{ col "scheduledAt" }} <= now(){{ end }}
           ORDER BY w.{{ col "sequence" }}, w.{{ col "id" }}
-          LIMIT 1) + $4::bigint
+          LIMIT 1) + {{ .Window }}::bigint
 {{- end }}
     ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
-    LIMIT $2
+    LIMIT {{ .Limit }}
     FOR UPDATE OF c SKIP LOCKED
 )
 UPDATE {{ .Table }} AS o
 SET {{ col "state" }} = {{ state "processing" }},
     {{ col "claimToken" }} = $1,
     {{ col "claimedAt" }} = now(),
-    {{ col "leaseExpiresAt" }} = now() + $3::bigint * interval '1 microsecond',
+    {{ col "leaseExpiresAt" }} = now() + $2::bigint * interval '1 microsecond',
     {{ col "updatedAt" }} = now()
 FROM candidates
 -- The repeated state and due-time conditions are written (...) IS TRUE, which

@@ -1,4 +1,4 @@
--- lock claim: lock up to $1 ready rows with FOR UPDATE SKIP LOCKED, in the
+-- lock claim: lock up to .Limit ready rows with FOR UPDATE SKIP LOCKED, in the
 -- batch's transaction, which stays open while the batch is published (lock
 -- mode, docs/adopting.md). Nothing is written: a locked row stays pending,
 -- and a crash rolls back to exactly what was there.
@@ -30,5 +30,5 @@ WHERE c.{{ col "state" }} = {{ state "pending" }}
 {{- end }}
 {{- template "headOfKey" (alias "c") }}
 ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
-LIMIT $1
+LIMIT {{ .Limit }}
 FOR UPDATE OF c SKIP LOCKED
