@@ -41,13 +41,37 @@ const (
 type claimPolicy struct {
 	inflight atomic.Int64 // batches claimed and not yet settled
 
+	// turn makes the claims of one engine take turns; publishing and
+	// settling still overlap. Two claims of one replica at once race for
+	// the same rows at the front of the claim index: the second skips the
+	// rows the first has locked and walks on (keyed: it finds their heads
+	// taken and scans the window for nothing). Taking turns, the second
+	// claim starts after the first committed and goes straight to the next
+	// rows. Measured (docs/performance.md): three replicas went from
+	// 0.69–0.85 to 0.88–0.95 × the bare loop, one replica unchanged, and
+	// the database's CPU per row fell by a seventh with three replicas.
+	turn chan struct{} // capacity 1: holding a value is holding the turn
+
 	mu        sync.Mutex
 	scanAfter time.Time
 	scanWait  time.Duration
 }
 
+// takeTurn waits for the engine's claim turn; false when stop is closed
+// first. The holder gives the turn back with releaseTurn.
+func (c *claimPolicy) takeTurn(stop <-chan struct{}) bool {
+	select {
+	case c.turn <- struct{}{}:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+func (c *claimPolicy) releaseTurn() { <-c.turn }
+
 // claim runs the policy: a windowed claim, and the unbounded one when the
-// window was empty and a full scan is due.
+// window was empty and a full scan is due. The caller holds the claim turn.
 func (e *Engine) claim(ctx context.Context, token string) ([]outbox.Message, error) {
 	p := dialect.ClaimParams{Token: token, Limit: e.opt.BatchSize, Lease: e.opt.Lease,
 		Window: max(claimWindowFactor*e.opt.BatchSize, claimWindowMin)}

@@ -121,6 +121,7 @@ func New(db dialect.Dialect, r Router, dests map[string]destination.Destination,
 		log:      opt.Logger,
 		obs:      opt.Observer,
 		breakers: breakers,
+		policy:   claimPolicy{turn: make(chan struct{}, 1)},
 		wakeCh:   make(chan struct{}),
 	}, nil
 }
@@ -256,6 +257,11 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
 // runBatch claims one batch and carries it to the end. It returns the
 // number of rows claimed.
 func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
+	// The claims of one engine take turns (claimPolicy.turn); shutdown
+	// ends the wait.
+	if !e.policy.takeTurn(ctx.Done()) {
+		return 0, nil
+	}
 	token := uuid.NewString()
 	start := time.Now()
 	// The claim is not cancelled by shutdown: a claim the server committed
@@ -265,6 +271,7 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
 	msgs, err := e.claim(claimCtx, token)
 	cancel()
+	e.policy.releaseTurn()
 	e.obs.Claimed(len(msgs), time.Since(start), err)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)

@@ -1,0 +1,110 @@
+package relay_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/dialect/postgres"
+	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/relay"
+	"github.com/queuebox/queuebox/router"
+)
+
+// peak counts calls in progress and remembers the most at once.
+type peak struct{ now, max atomic.Int64 }
+
+func (p *peak) enter() {
+	n := p.now.Add(1)
+	for {
+		m := p.max.Load()
+		if n <= m || p.max.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (p *peak) leave() { p.now.Add(-1) }
+
+// overlapDialect is the PostgreSQL dialect with each claim slowed down and
+// watched for overlap.
+type overlapDialect struct {
+	dialect.Dialect
+	claims peak
+}
+
+func (d *overlapDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	d.claims.enter()
+	defer d.claims.leave()
+	time.Sleep(5 * time.Millisecond)
+	return d.Dialect.Claim(ctx, p)
+}
+
+// slowDest acks every batch after a pause and watches publishes overlap.
+type slowDest struct {
+	pubs peak
+	sent atomic.Int64
+}
+
+func (d *slowDest) Publish(ctx context.Context, msgs []outbox.Message) error {
+	d.pubs.enter()
+	defer d.pubs.leave()
+	time.Sleep(30 * time.Millisecond)
+	d.sent.Add(int64(len(msgs)))
+	return nil
+}
+
+func (d *slowDest) Close() error { return nil }
+
+// TestClaimsTakeTurns: the claims of one engine never run at once (a second
+// claim would race the first for the same rows), while its batches are
+// still published side by side.
+func TestClaimsTakeTurns(t *testing.T) {
+	pg := testenv.Postgres(t)
+	base, err := postgres.New(pg.Pool, dialect.DefaultMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &overlapDialect{Dialect: base}
+	dest := &slowDest{}
+	r, err := router.New([]router.RouteSpec{{Pattern: "**", Destination: "slow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := relay.New(db, r, map[string]destination.Destination{"slow": dest}, relay.Options{
+		BatchSize: 10, InflightBatches: 4, PollInterval: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows = 400
+	if _, err := pg.Pool.Exec(context.Background(), `INSERT INTO outbox (topic, payload)
+		SELECT 'turns', json_build_object('i', i) FROM generate_series(1, $1) i`, rows); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for dest.sent.Load() < rows && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := dest.sent.Load(); n != rows {
+		t.Fatalf("published %d of %d rows", n, rows)
+	}
+	if m := db.claims.max.Load(); m != 1 {
+		t.Errorf("up to %d claims ran at once, want 1", m)
+	}
+	if m := dest.pubs.max.Load(); m < 2 {
+		t.Errorf("publishes never overlapped (at most %d at once): taking turns to claim must not serialise delivery", m)
+	}
+}
