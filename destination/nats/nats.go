@@ -440,7 +440,7 @@ func validSubject(s string) error {
 	if strings.ContainsAny(s, " \t\r\n") {
 		return outbox.Permanent(fmt.Errorf("subject %q contains whitespace", s))
 	}
-	for _, tok := range strings.Split(s, ".") {
+	for tok := range strings.SplitSeq(s, ".") {
 		switch tok {
 		case "":
 			return outbox.Permanent(fmt.Errorf("subject %q has an empty token", s))
