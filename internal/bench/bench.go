@@ -24,6 +24,7 @@ type Options struct {
 	DatabaseURL string // server URL; the bench uses database Database on it
 	Database    string // created when missing (default queuebox_bench)
 	NATSURL     string // "" = an embedded nats-server on a random port
+	AMQPURL     string // RabbitMQ of the amqp cases (DefaultAMQPURL)
 	Binary      string // the queuebox binary started for relay replicas
 
 	Rows        int    // rows per drain (100,000)
@@ -55,6 +56,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{
 		DatabaseURL: "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
+		AMQPURL:     DefaultAMQPURL,
 		Database:    "queuebox_bench",
 		Rows:        100_000,
 		Keys:        1_000,
@@ -80,14 +82,17 @@ func Quick(o Options) Options {
 }
 
 // AllCases are the case names --cases filters on.
-var AllCases = []string{"nats-keyed", "nats-unkeyed", "http-keyed", "http-unkeyed", "latency"}
+var AllCases = []string{"nats-keyed", "nats-unkeyed", "http-keyed", "http-unkeyed", "amqp-keyed", "amqp-unkeyed", "latency"}
+
+// destinations are the destination prefixes of the drain cases.
+var destinations = []string{"nats", "http", "amqp"}
 
 func (o *Options) want(name string) bool {
 	if len(o.Cases) == 0 {
 		return true
 	}
 	for _, c := range o.Cases {
-		if c == name || strings.HasPrefix(name, c+"-") || (c == "nats" || c == "http") && strings.HasPrefix(name, c) {
+		if c == name || strings.HasPrefix(name, c+"-") {
 			return true
 		}
 	}
@@ -181,6 +186,9 @@ func (o *Options) fill() {
 	if o.Database == "" {
 		o.Database = d.Database
 	}
+	if o.AMQPURL == "" {
+		o.AMQPURL = d.AMQPURL
+	}
 	if o.Rows <= 0 {
 		o.Rows = d.Rows
 	}
@@ -225,8 +233,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, errNoBinary
 	}
 	for _, c := range o.Cases {
-		if !slices.Contains(AllCases, c) && c != "nats" && c != "http" {
-			return nil, fmt.Errorf("bench: unknown case %q (want one of %s, nats, http)", c, strings.Join(AllCases, ", "))
+		if !slices.Contains(AllCases, c) && !slices.Contains(destinations, c) {
+			return nil, fmt.Errorf("bench: unknown case %q (want one of %s, %s)", c, strings.Join(AllCases, ", "), strings.Join(destinations, ", "))
 		}
 	}
 	w, err := openWorld(ctx, &o)
@@ -242,7 +250,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	for _, dest := range []string{"nats", "http"} {
+	for _, dest := range destinations {
+		if dest == "amqp" && w.amqp == nil {
+			// Skipped when they came with "all cases"; failed when asked for.
+			for _, name := range []string{"amqp-keyed", "amqp-unkeyed"} {
+				switch {
+				case !o.want(name):
+				case len(o.Cases) == 0:
+					o.say("== %s skipped: %v (start RabbitMQ, or set --amqp-url)", name, w.amqpErr)
+				default:
+					rep.Drains = append(rep.Drains, Drain{Case: name, Dest: dest, Keyed: name == "amqp-keyed", Rows: o.Rows, BareErr: w.amqpErr.Error()})
+				}
+			}
+			continue
+		}
 		for _, keyed := range []bool{true, false} {
 			name := dest + "-" + map[bool]string{true: "keyed", false: "unkeyed"}[keyed]
 			if !o.want(name) {
@@ -320,6 +341,19 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 		w.hook.set(r)
 		defer w.hook.set(nil)
 		publish = barePublishHTTP(httpClient(o.Concurrency), w.hookURL+"/hooks/"+topic, o.Concurrency)
+	case "amqp":
+		r := newReceipts(o.Rows)
+		sink, err := w.amqp.sink(ctx, topic, r)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer sink.close()
+		ch, err := w.amqp.confirmChannel()
+		if err != nil {
+			return 0, 0, err
+		}
+		defer ch.Close()
+		publish = barePublishAMQP(ch, topic)
 	}
 	start, db0 := time.Now(), databaseCPU()
 	n, err := bareLoop(ctx, s, keyed, o.BatchSize, publish)
@@ -455,6 +489,23 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 				return r.doneAt, nil
 			case <-ctx.Done():
 				return time.Time{}, fmt.Errorf("receiver has %d of %d rows: %w", r.count(), o.Rows, ctx.Err())
+			}
+		}
+		defer func() { rr.Duplicates = r.dupes }()
+	case "amqp":
+		r := newReceipts(o.Rows)
+		sink, err := w.amqp.sink(ctx, topic, r)
+		if err != nil {
+			return fail(err)
+		}
+		defer sink.close()
+		cfg.AMQPURL, cfg.Exchange = w.amqp.url, topic
+		wait = func() (time.Time, error) {
+			select {
+			case <-r.done:
+				return r.doneAt, nil
+			case <-ctx.Done():
+				return time.Time{}, fmt.Errorf("RabbitMQ queue has %d of %d rows: %w", r.count(), o.Rows, ctx.Err())
 			}
 		}
 		defer func() { rr.Duplicates = r.dupes }()

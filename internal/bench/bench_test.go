@@ -10,10 +10,10 @@ import (
 	"github.com/queuebox/queuebox/internal/testenv"
 )
 
-// TestSmoke runs a tiny bench (2,000 rows, NATS keyed, one replica of the
-// freshly built binary) and checks only that it completes with every row
-// delivered and figures that make sense. No timing assertions: this
-// machine is shared.
+// TestSmoke runs a tiny bench (2,000 rows, NATS keyed and RabbitMQ
+// unkeyed, one replica of the freshly built binary) and checks only that it
+// completes with every row delivered and figures that make sense. No timing
+// assertions: this machine is shared.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and drains 2,000 rows twice")
@@ -25,6 +25,7 @@ func TestSmoke(t *testing.T) {
 		testenv.Unavailable(t, "PostgreSQL", err)
 		return
 	}
+	amqpURL := testenv.AMQPURL(t)
 	bin := filepath.Join(t.TempDir(), "queuebox")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/queuebox/queuebox/cmd/queuebox").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -34,22 +35,27 @@ func TestSmoke(t *testing.T) {
 	o.Binary = bin
 	o.Rows, o.Keys, o.BatchSize = 2_000, 50, 100
 	o.Replicas = []int{1}
-	o.Cases = []string{"nats-keyed"}
+	o.Cases = []string{"nats-keyed", "amqp-unkeyed"}
+	o.AMQPURL = amqpURL
 	o.IdleWindow = time.Second
 	rep, err := Run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Failed() || len(rep.Drains) != 1 || len(rep.Drains[0].Relay) != 1 {
+	if rep.Failed() || len(rep.Drains) != 2 {
 		t.Fatalf("bench did not complete: %+v", rep)
 	}
-	d := rep.Drains[0]
-	rr := d.Relay[0]
-	if d.Bare <= 0 || rr.RowsPerSec <= 0 || rr.Ratio <= 0 || rr.CPUPer10k <= 0 || rr.PeakRSSMiB <= 0 {
-		t.Errorf("figures not positive: bare %v, relay %+v", d.Bare, rr)
-	}
-	if rr.IdleQPS < 0 || rr.IdleCPU < 0 {
-		t.Errorf("negative idle cost: %+v", rr)
+	for _, d := range rep.Drains {
+		if len(d.Relay) != 1 {
+			t.Fatalf("%s: %d relay runs, want 1", d.Case, len(d.Relay))
+		}
+		rr := d.Relay[0]
+		if d.Bare <= 0 || rr.RowsPerSec <= 0 || rr.Ratio <= 0 || rr.CPUPer10k <= 0 || rr.PeakRSSMiB <= 0 {
+			t.Errorf("%s: figures not positive: bare %v, relay %+v", d.Case, d.Bare, rr)
+		}
+		if rr.IdleQPS < 0 || rr.IdleCPU < 0 {
+			t.Errorf("%s: negative idle cost: %+v", d.Case, rr)
+		}
 	}
 }
 

@@ -38,6 +38,8 @@ type relayConfig struct {
 	Subject     string
 	Stream      string
 	HookURL     string
+	AMQPURL     string
+	Exchange    string
 	Notify      string // channel; "" = poll
 	ClaimMode   string // relay.claimMode; "" = auto (lease on the bundled table)
 	Inflight    int    // relay.inflightBatches; 0 = the relay's default
@@ -72,6 +74,8 @@ func (c relayConfig) yaml() string {
 		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: nats\n    servers: [%q]\n    subject: %q\n    stream: %q\n", c.NATSURL, c.Subject, c.Stream)
 	case "http":
 		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: http\n    url: %q\n    timeout: 30s\n", c.HookURL)
+	case "amqp":
+		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: amqp\n    url: %q\n    exchange: %q\n", c.AMQPURL, c.Exchange)
 	}
 	b.WriteString("routes:\n  - topicPattern: \"**\"\n    destination: bench\n")
 	return b.String()

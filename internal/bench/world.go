@@ -38,6 +38,9 @@ type world struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 
+	amqp    *amqpWorld // nil when RabbitMQ did not answer (amqpErr says why)
+	amqpErr error
+
 	hook    *receiver
 	hookSrv *http.Server
 	hookURL string // http://127.0.0.1:port
@@ -123,6 +126,10 @@ func openWorld(ctx context.Context, o *Options) (_ *world, err error) {
 		return nil, err
 	}
 
+	if o.want("amqp-keyed") || o.want("amqp-unkeyed") {
+		w.amqp, w.amqpErr = dialAMQP(o.AMQPURL)
+	}
+
 	w.hook = &receiver{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -141,6 +148,7 @@ func (w *world) close() {
 	if w.nc != nil {
 		w.nc.Close()
 	}
+	w.amqp.close()
 	if w.ns != nil {
 		dir := w.ns.StoreDir()
 		w.ns.Shutdown()
