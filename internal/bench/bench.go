@@ -483,14 +483,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		r := newReceipts(o.Rows)
 		w.hook.set(r)
 		defer w.hook.set(nil)
-		wait = func() (time.Time, error) {
-			select {
-			case <-r.done:
-				return r.doneAt, nil
-			case <-ctx.Done():
-				return time.Time{}, fmt.Errorf("receiver has %d of %d rows: %w", r.count(), o.Rows, ctx.Err())
-			}
-		}
+		wait = func() (time.Time, error) { return r.wait(ctx, "HTTP receiver") }
 		defer func() { rr.Duplicates = r.dupes }()
 	case "amqp":
 		r := newReceipts(o.Rows)
@@ -500,14 +493,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		}
 		defer sink.close()
 		cfg.AMQPURL, cfg.Exchange = w.amqp.url, topic
-		wait = func() (time.Time, error) {
-			select {
-			case <-r.done:
-				return r.doneAt, nil
-			case <-ctx.Done():
-				return time.Time{}, fmt.Errorf("RabbitMQ queue has %d of %d rows: %w", r.count(), o.Rows, ctx.Err())
-			}
-		}
+		wait = func() (time.Time, error) { return r.wait(ctx, "RabbitMQ queue") }
 		defer func() { rr.Duplicates = r.dupes }()
 	}
 	spawn := time.Now()

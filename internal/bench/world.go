@@ -313,6 +313,17 @@ func (r *receipts) add(id string, at time.Time) {
 	}
 }
 
+// wait returns when every wanted id arrived (the time the last one did), or
+// fails naming the receiver and how many arrived when ctx ends.
+func (r *receipts) wait(ctx context.Context, receiver string) (time.Time, error) {
+	select {
+	case <-r.done:
+		return r.doneAt, nil
+	case <-ctx.Done():
+		return time.Time{}, fmt.Errorf("%s has %d of %d rows: %w", receiver, r.count(), r.want, ctx.Err())
+	}
+}
+
 func (r *receipts) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
