@@ -25,7 +25,10 @@ type Options struct {
 	Database    string // created when missing (default queuebox_bench)
 	NATSURL     string // "" = an embedded nats-server on a random port
 	AMQPURL     string // RabbitMQ of the amqp cases (DefaultAMQPURL)
-	Binary      string // the queuebox binary started for relay replicas
+	// KafkaBrokers (host:port, comma-separated) of the kafka cases; "" =
+	// no Kafka cases.
+	KafkaBrokers string
+	Binary       string // the queuebox binary started for relay replicas
 
 	Rows        int    // rows per drain (100,000)
 	Keys        int    // keys of the keyed variant (1,000)
@@ -82,10 +85,10 @@ func Quick(o Options) Options {
 }
 
 // AllCases are the case names --cases filters on.
-var AllCases = []string{"nats-keyed", "nats-unkeyed", "http-keyed", "http-unkeyed", "amqp-keyed", "amqp-unkeyed", "latency"}
+var AllCases = []string{"nats-keyed", "nats-unkeyed", "http-keyed", "http-unkeyed", "amqp-keyed", "amqp-unkeyed", "kafka-keyed", "kafka-unkeyed", "latency"}
 
 // destinations are the destination prefixes of the drain cases.
-var destinations = []string{"nats", "http", "amqp"}
+var destinations = []string{"nats", "http", "amqp", "kafka"}
 
 func (o *Options) want(name string) bool {
 	if len(o.Cases) == 0 {
@@ -251,15 +254,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer os.RemoveAll(tmp)
 
 	for _, dest := range destinations {
-		if dest == "amqp" && w.amqp == nil {
+		if err := w.unavailable(dest); err != nil {
 			// Skipped when they came with "all cases"; failed when asked for.
-			for _, name := range []string{"amqp-keyed", "amqp-unkeyed"} {
+			for _, name := range []string{dest + "-keyed", dest + "-unkeyed"} {
 				switch {
 				case !o.want(name):
 				case len(o.Cases) == 0:
-					o.say("== %s skipped: %v (start RabbitMQ, or set --amqp-url)", name, w.amqpErr)
+					o.say("== %s skipped: %v", name, err)
 				default:
-					rep.Drains = append(rep.Drains, Drain{Case: name, Dest: dest, Keyed: name == "amqp-keyed", Rows: o.Rows, BareErr: w.amqpErr.Error()})
+					rep.Drains = append(rep.Drains, Drain{Case: name, Dest: dest, Keyed: name == dest+"-keyed", Rows: o.Rows, BareErr: err.Error()})
 				}
 			}
 			continue
@@ -354,6 +357,15 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 		}
 		defer ch.Close()
 		publish = barePublishAMQP(ch, topic)
+	case "kafka":
+		sink, err := w.kafka.sink(ctx, topic, newReceipts(o.Rows))
+		if err != nil {
+			return 0, 0, err
+		}
+		defer sink.close()
+		kw := w.kafka.writer(topic, o.BatchSize)
+		defer kw.Close()
+		publish = barePublishKafka(kw)
 	}
 	start, db0 := time.Now(), databaseCPU()
 	n, err := bareLoop(ctx, s, keyed, o.BatchSize, publish)
@@ -494,6 +506,16 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		defer sink.close()
 		cfg.AMQPURL, cfg.Exchange = w.amqp.url, topic
 		wait = func() (time.Time, error) { return r.wait(ctx, "RabbitMQ queue") }
+		defer func() { rr.Duplicates = r.dupes }()
+	case "kafka":
+		r := newReceipts(o.Rows)
+		sink, err := w.kafka.sink(ctx, topic, r)
+		if err != nil {
+			return fail(err)
+		}
+		defer sink.close()
+		cfg.KafkaBrokers = w.kafka.brokers
+		wait = func() (time.Time, error) { return r.wait(ctx, "Kafka topic") }
 		defer func() { rr.Duplicates = r.dupes }()
 	}
 	spawn := time.Now()

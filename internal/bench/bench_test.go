@@ -4,14 +4,15 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/queuebox/queuebox/internal/testenv"
 )
 
-// TestSmoke runs a tiny bench (2,000 rows, NATS keyed and RabbitMQ
-// unkeyed, one replica of the freshly built binary) and checks only that it
+// TestSmoke runs a tiny bench (2,000 rows, NATS keyed, RabbitMQ unkeyed and
+// Kafka keyed on an in-process kfake cluster, one replica of the freshly built binary) and checks only that it
 // completes with every row delivered and figures that make sense. No timing
 // assertions: this machine is shared.
 func TestSmoke(t *testing.T) {
@@ -26,6 +27,7 @@ func TestSmoke(t *testing.T) {
 		return
 	}
 	amqpURL := testenv.AMQPURL(t)
+	kafka := testenv.Kafka(t, nil)
 	bin := filepath.Join(t.TempDir(), "queuebox")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/queuebox/queuebox/cmd/queuebox").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -35,14 +37,15 @@ func TestSmoke(t *testing.T) {
 	o.Binary = bin
 	o.Rows, o.Keys, o.BatchSize = 2_000, 50, 100
 	o.Replicas = []int{1}
-	o.Cases = []string{"nats-keyed", "amqp-unkeyed"}
+	o.Cases = []string{"nats-keyed", "amqp-unkeyed", "kafka-keyed"}
 	o.AMQPURL = amqpURL
+	o.KafkaBrokers = strings.Join(kafka.Brokers, ",")
 	o.IdleWindow = time.Second
 	rep, err := Run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Failed() || len(rep.Drains) != 2 {
+	if rep.Failed() || len(rep.Drains) != 3 {
 		t.Fatalf("bench did not complete: %+v", rep)
 	}
 	for _, d := range rep.Drains {
@@ -50,6 +53,7 @@ func TestSmoke(t *testing.T) {
 			t.Fatalf("%s: %d relay runs, want 1", d.Case, len(d.Relay))
 		}
 		rr := d.Relay[0]
+		t.Logf("%s: bare %.0f rows/s, relay %.0f rows/s (%.2f)", d.Case, d.Bare, rr.RowsPerSec, rr.Ratio)
 		if d.Bare <= 0 || rr.RowsPerSec <= 0 || rr.Ratio <= 0 || rr.CPUPer10k <= 0 || rr.PeakRSSMiB <= 0 {
 			t.Errorf("%s: figures not positive: bare %v, relay %+v", d.Case, d.Bare, rr)
 		}

@@ -30,21 +30,22 @@ type replica struct {
 
 // relayConfig is the YAML of one relay run.
 type relayConfig struct {
-	DatabaseURL string
-	BatchSize   int
-	Concurrency int
-	Dest        string // nats | http
-	NATSURL     string
-	Subject     string
-	Stream      string
-	HookURL     string
-	AMQPURL     string
-	Exchange    string
-	Notify      string // channel; "" = poll
-	ClaimMode   string // relay.claimMode; "" = auto (lease on the bundled table)
-	Inflight    int    // relay.inflightBatches; 0 = the relay's default
-	SyncCommit  string // database.synchronousCommit; "" = the relay's default
-	Listen      string // server.listen with server.pprof on; "" = no management server
+	DatabaseURL  string
+	BatchSize    int
+	Concurrency  int
+	Dest         string // nats | http
+	NATSURL      string
+	Subject      string
+	Stream       string
+	HookURL      string
+	AMQPURL      string
+	Exchange     string
+	KafkaBrokers []string
+	Notify       string // channel; "" = poll
+	ClaimMode    string // relay.claimMode; "" = auto (lease on the bundled table)
+	Inflight     int    // relay.inflightBatches; 0 = the relay's default
+	SyncCommit   string // database.synchronousCommit; "" = the relay's default
+	Listen       string // server.listen with server.pprof on; "" = no management server
 }
 
 func (c relayConfig) yaml() string {
@@ -76,9 +77,19 @@ func (c relayConfig) yaml() string {
 		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: http\n    url: %q\n    timeout: 30s\n", c.HookURL)
 	case "amqp":
 		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: amqp\n    url: %q\n    exchange: %q\n", c.AMQPURL, c.Exchange)
+	case "kafka":
+		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: kafka\n    brokers: [%s]\n    topic: %q\n", quoteAll(c.KafkaBrokers), c.Subject)
 	}
 	b.WriteString("routes:\n  - topicPattern: \"**\"\n    destination: bench\n")
 	return b.String()
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
 }
 
 // startReplicas writes the config and starts n `queuebox run` processes.

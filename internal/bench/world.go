@@ -40,6 +40,7 @@ type world struct {
 
 	amqp    *amqpWorld // nil when RabbitMQ did not answer (amqpErr says why)
 	amqpErr error
+	kafka   *kafkaWorld // nil without Options.KafkaBrokers
 
 	hook    *receiver
 	hookSrv *http.Server
@@ -128,6 +129,9 @@ func openWorld(ctx context.Context, o *Options) (_ *world, err error) {
 
 	if o.want("amqp-keyed") || o.want("amqp-unkeyed") {
 		w.amqp, w.amqpErr = dialAMQP(o.AMQPURL)
+	}
+	if o.KafkaBrokers != "" {
+		w.kafka = newKafkaWorld(o.KafkaBrokers)
 	}
 
 	w.hook = &receiver{}
@@ -311,6 +315,17 @@ func (r *receipts) add(id string, at time.Time) {
 		r.doneAt = at
 		close(r.done)
 	}
+}
+
+// unavailable says why the cases of dest cannot run, or nil.
+func (w *world) unavailable(dest string) error {
+	switch {
+	case dest == "amqp" && w.amqp == nil:
+		return fmt.Errorf("%w (start RabbitMQ, or set --amqp-url)", w.amqpErr)
+	case dest == "kafka" && w.kafka == nil:
+		return errors.New("no Kafka brokers (set --kafka-brokers)")
+	}
+	return nil
 }
 
 // wait returns when every wanted id arrived (the time the last one did), or
