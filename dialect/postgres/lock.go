@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strconv"
 	"sync"
@@ -87,15 +85,7 @@ func NewLockMode(pool *pgxpool.Pool, m dialect.Mapping, lockTimeout time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	src, err := lockFiles.ReadFile("sql/lock/claim.sql")
-	if err != nil {
-		return nil, err
-	}
-	claims, err := newClaimShapes("lock/claim.sql", string(src), templateFuncs(m, o), renderDataFor(m, o))
+	claims, err := newClaimShapes(lockFiles, "sql/lock/claim.sql", m, newOptions(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -104,29 +94,7 @@ func NewLockMode(pool *pgxpool.Pool, m dialect.Mapping, lockTimeout time.Duratio
 
 // RenderLock returns the SQL of lock mode's queries rendered for m.
 func RenderLock(m dialect.Mapping, opts ...Option) (map[string]string, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	data := renderDataFor(m, o)
-	funcs := templateFuncs(m, o)
-	out := make(map[string]string, len(lockQueryNames))
-	for _, name := range lockQueryNames {
-		src, err := lockFiles.ReadFile(path.Join("sql", "lock", name+".sql"))
-		if err != nil {
-			return nil, err
-		}
-		tmpl, err := parseQuery(name, string(src), funcs)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: parse lock/%s.sql: %w", name, err)
-		}
-		var b bytes.Buffer
-		if err := tmpl.Execute(&b, data); err != nil {
-			return nil, fmt.Errorf("postgres: render lock/%s.sql: %w", name, err)
-		}
-		out[name] = b.String()
-	}
-	return out, nil
+	return renderFiles(lockFiles, "sql/lock", lockQueryNames, m, newOptions(opts))
 }
 
 // LockTimeout is the bound on each batch's transaction.

@@ -1,14 +1,12 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
-	"path"
 	"sort"
 	"strings"
 	"time"
@@ -63,30 +61,18 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 	if pool == nil {
 		return nil, errors.New("postgres: nil pool")
 	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	queries, err := Render(m, opts...)
 	if err != nil {
 		return nil, err
 	}
 	d := &Dialect{pool: pool, mapping: m, opts: o, queries: queries}
 	if !o.lock {
-		src, err := sqlFiles.ReadFile("sql/claim.sql")
-		if err != nil {
-			return nil, err
-		}
-		d.claims, err = newClaimShapes("claim.sql", string(src), templateFuncs(m, o), renderDataFor(m, o))
-		if err != nil {
+		if d.claims, err = newClaimShapes(sqlFiles, "sql/claim.sql", m, o); err != nil {
 			return nil, err
 		}
 	}
 	return d, nil
-}
-
-func renderDataFor(m dialect.Mapping, o options) renderData {
-	return renderData{Table: m.Table(QuoteIdent), Hold: o.hold, Limit: renderLimit}
 }
 
 // HoldsDeadKeys reports whether the dialect was built WithHoldDeadKeys(true).
@@ -123,10 +109,7 @@ func quoteLiteral(s string) string {
 // batch of renderLimit rows, unbounded). It is what New runs once; it is
 // exported for `queuebox migrate sql`-style inspection and for tests.
 func Render(m dialect.Mapping, opts ...Option) (map[string]string, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	for _, ident := range append(mapValues(m.Columns()), m.Schema(), m.TableName()) {
 		if len(ident) > maxIdentLen {
 			return nil, fmt.Errorf("postgres: identifier %q is longer than %d bytes", ident, maxIdentLen)
@@ -135,28 +118,14 @@ func Render(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 	if m.TableName() == "" {
 		return nil, errors.New("postgres: empty mapping (use dialect.DefaultMapping or dialect.NewMapping)")
 	}
-	data := renderDataFor(m, o)
-	funcs := templateFuncs(m, o)
-	out := make(map[string]string, len(dialect.QueryNames()))
+	var names []string
 	for _, name := range QueryNames() {
 		if o.lock && leaseOnly[name] {
 			continue // lock mode runs sql/lock/ instead (lock.go)
 		}
-		src, err := sqlFiles.ReadFile(path.Join("sql", name+".sql"))
-		if err != nil {
-			return nil, err
-		}
-		tmpl, err := parseQuery(name, string(src), funcs)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: parse %s.sql: %w", name, err)
-		}
-		var b bytes.Buffer
-		if err := tmpl.Execute(&b, data); err != nil {
-			return nil, fmt.Errorf("postgres: render %s.sql: %w", name, err)
-		}
-		out[name] = b.String()
+		names = append(names, name)
 	}
-	return out, nil
+	return renderFiles(sqlFiles, "sql", names, m, o)
 }
 
 func mapValues(m map[string]string) []string {

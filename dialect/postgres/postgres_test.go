@@ -406,11 +406,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 // is rendered once, and only the token and the lease are parameters.
 func TestClaimShapes(t *testing.T) {
 	m := dialect.DefaultMapping()
-	src, err := sqlFiles.ReadFile("sql/claim.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := newClaimShapes("claim.sql", string(src), templateFuncs(m, options{}), renderDataFor(m, options{}))
+	c, err := newClaimShapes(sqlFiles, "sql/claim.sql", m, options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"io/fs"
+	"path"
 	"sync"
 	"text/template"
 
@@ -127,12 +129,13 @@ type claimShapes struct {
 	shapes map[[2]int]string
 }
 
-func newClaimShapes(name, src string, funcs template.FuncMap, data renderData) (*claimShapes, error) {
-	tmpl, err := parseQuery(name, src, funcs)
+// newClaimShapes parses the claim template file of fsys for m.
+func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*claimShapes, error) {
+	tmpl, err := parseFile(fsys, file, templateFuncs(m, o))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: parse %s: %w", name, err)
+		return nil, err
 	}
-	c := &claimShapes{tmpl: tmpl, data: data, shapes: map[[2]int]string{}}
+	c := &claimShapes{tmpl: tmpl, data: renderDataFor(m, o), shapes: map[[2]int]string{}}
 	if _, err := c.sql(renderLimit, 0); err != nil { // fail at start, not at the first claim
 		return nil, err
 	}
@@ -150,13 +153,62 @@ func (c *claimShapes) sql(limit, window int) (string, error) {
 	}
 	d := c.data
 	d.Limit, d.Window = limit, window
-	var b bytes.Buffer
-	if err := c.tmpl.Execute(&b, d); err != nil {
-		return "", fmt.Errorf("postgres: render %s: %w", c.tmpl.Name(), err)
+	q, err := execute(c.tmpl, d)
+	if err != nil {
+		return "", err
 	}
-	q := b.String()
 	if len(c.shapes) < maxClaimShapes {
 		c.shapes[key] = q
 	}
 	return q, nil
+}
+
+func newOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+func renderDataFor(m dialect.Mapping, o options) renderData {
+	return renderData{Table: m.Table(QuoteIdent), Hold: o.hold, Limit: renderLimit}
+}
+
+// parseFile parses one embedded .sql template; file is its path in fsys.
+func parseFile(fsys fs.FS, file string, funcs template.FuncMap) (*template.Template, error) {
+	src, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := parseQuery(path.Base(file), string(src), funcs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse %s: %w", file, err)
+	}
+	return tmpl, nil
+}
+
+// execute renders a parsed template.
+func execute(tmpl *template.Template, data renderData) (string, error) {
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("postgres: render %s: %w", tmpl.Name(), err)
+	}
+	return b.String(), nil
+}
+
+// renderFiles renders dir/<name>.sql of fsys for every name.
+func renderFiles(fsys fs.FS, dir string, names []string, m dialect.Mapping, o options) (map[string]string, error) {
+	funcs, data := templateFuncs(m, o), renderDataFor(m, o)
+	out := make(map[string]string, len(names))
+	for _, name := range names {
+		tmpl, err := parseFile(fsys, path.Join(dir, name+".sql"), funcs)
+		if err != nil {
+			return nil, err
+		}
+		if out[name], err = execute(tmpl, data); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
