@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -70,4 +71,28 @@ func probePostgres(ctx context.Context, url string) error {
 	}
 	w.close()
 	return nil
+}
+
+// TestReplicaConfigsListenOnce: with a management address (--cpu-profile),
+// only the first replica may bind it; three replicas sharing one config
+// failed at start with "address already in use".
+func TestReplicaConfigsListenOnce(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := replicaConfigs(dir, relayConfig{Listen: "127.0.0.1:9999", BatchSize: 100, Concurrency: 8, Dest: "nats"}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 3 {
+		t.Fatalf("%d config paths, want 3", len(paths))
+	}
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		has := strings.Contains(string(b), "127.0.0.1:9999")
+		if has != (i == 0) {
+			t.Errorf("replica %d: listens on the management address = %v, want %v:\n%s", i, has, i == 0, b)
+		}
+	}
 }

@@ -93,13 +93,37 @@ func quoteAll(ss []string) string {
 }
 
 // startReplicas writes the config and starts n `queuebox run` processes.
+// replicaConfigs writes the config file of each of n replicas and returns
+// their paths. Only the first replica serves the management server
+// (cfg.Listen, for the CPU profile): the others would fail to bind the same
+// address.
+func replicaConfigs(dir string, cfg relayConfig, n int) ([]string, error) {
+	paths := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		c := cfg
+		if i > 0 {
+			c.Listen = ""
+		}
+		if i > 1 {
+			paths = append(paths, paths[1]) // the same as the second's
+			continue
+		}
+		path := filepath.Join(dir, "queuebox-bench-"+randomHex(4)+".yaml")
+		if err := os.WriteFile(path, []byte(c.yaml()), 0o600); err != nil {
+			return nil, err
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
 func startReplicas(ctx context.Context, binary, dir string, cfg relayConfig, n int) ([]*replica, error) {
-	path := filepath.Join(dir, "queuebox-bench-"+randomHex(4)+".yaml")
-	if err := os.WriteFile(path, []byte(cfg.yaml()), 0o600); err != nil {
+	paths, err := replicaConfigs(dir, cfg, n)
+	if err != nil {
 		return nil, err
 	}
 	var reps []*replica
-	for i := 0; i < n; i++ {
+	for _, path := range paths {
 		r := &replica{started: make(chan struct{}), exited: make(chan struct{})}
 		r.cmd = exec.Command(binary, "run", "--config", path)
 		stderr, err := r.cmd.StderrPipe()
