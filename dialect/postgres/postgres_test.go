@@ -367,6 +367,11 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		"claim#window":    explain("claim#window", token, int64(30e6)),
 		"release_expired": explain("release_expired", 100),
 		"complete":        explain("complete", token, []string{token}),
+		// The operator queries on finished and pending rows (migration
+		// 00003: indexes split by state).
+		"purge":         explain("purge", "sent", int64(24*time.Hour/time.Microsecond), 1000),
+		"dead_list":     explain("dead_list", nil, nil, nil, 50),
+		"stats_backlog": explain("stats_backlog", 10),
 	}
 	for name, plan := range plans {
 		if strings.Contains(plan, "Seq Scan on outbox") {
@@ -378,6 +383,11 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 			if !strings.Contains(plans[name], idx) {
 				t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
 			}
+		}
+	}
+	for name, idx := range map[string]string{"purge": "outbox_finished_idx", "dead_list": "outbox_finished_idx", "stats_backlog": "outbox_pending_"} {
+		if !strings.Contains(plans[name], idx) {
+			t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
 		}
 	}
 	if t.Failed() {

@@ -25,6 +25,10 @@
 --                               duplicate the claim index's predicate.
 --   outbox_topic_idx            topic: backlog per topic, replay by topic.
 --
+-- Migration 00003 replaces outbox_state_scheduled_idx and outbox_topic_idx
+-- with partial indexes split by state (pending; sent and dead), so that a
+-- state change writes fewer index entries.
+--
 -- States are compared as literals in the dialect's SQL (never as bind
 -- parameters) so that the planner can prove the partial predicates.
 --

@@ -1,8 +1,11 @@
 -- purge: delete up to $3 rows stored as $1 (sent or dead, never pending or
 -- processing) last updated more than $2 microseconds ago on the database
--- clock. scheduled_at <= updated_at holds for every finished row, so the
--- redundant bound on scheduled_at turns the scan into a bounded range of the
--- (state, scheduled_at) index. Rows locked by someone else (a replay) are
+-- clock. On the bundled table the scan is a bounded range of
+-- outbox_finished_idx (state, updated_at) over finished rows (migration
+-- 00003). scheduled_at <= updated_at holds for every finished row, so the
+-- redundant bound on scheduled_at makes it a bounded range of a
+-- (state, scheduled_at) index too, which adopted tables (and the bundled one
+-- before 00003) have instead. Rows locked by someone else (a replay) are
 -- skipped; with hold, a dead row that holds its key is kept.
 WITH doomed AS (
     SELECT p.{{ col "id" }}

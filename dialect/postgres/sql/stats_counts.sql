@@ -1,8 +1,10 @@
 -- stats_counts: rows per logical state and the age, in seconds on the
--- database clock, of the oldest due pending row (0 when none). Each count is
--- a range of the (state, scheduled_at) index (an index-only scan once the
--- visibility map is set), so it reads that state's rows of the index and
--- nothing else; the oldest age is the first entry of the pending range.
+-- database clock, of the oldest due pending row (0 when none). On the
+-- bundled table each count reads one partial index of its state
+-- (outbox_pending_scheduled_idx, outbox_processing_idx, outbox_finished_idx;
+-- an index-only scan once the visibility map is set), so it reads that
+-- state's rows and nothing else; the oldest age is the first entry of the
+-- pending index.
 SELECT
     (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "pending" }}),
     (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "processing" }}),
