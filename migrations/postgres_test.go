@@ -37,7 +37,8 @@ func TestPostgresIndexMigration(t *testing.T) {
 		INSERT INTO outbox (topic, key, payload, state)
 		SELECT 'orders.' || (g % 3), 'k' || (g % 7), '{}'::jsonb,
 		       (ARRAY['pending', 'processing', 'sent', 'dead'])[1 + g % 4]
-		FROM generate_series(1, 400) AS g`); err != nil {
+		FROM generate_series(1, 400) AS g;
+		INSERT INTO outbox (topic, payload) SELECT 'unkeyed', '{}'::jsonb FROM generate_series(1, 40)`); err != nil {
 		t.Fatal(err)
 	}
 	before := indexDefs(ctx, t, pg)
@@ -55,33 +56,40 @@ func TestPostgresIndexMigration(t *testing.T) {
 		"outbox_pending_scheduled_idx": "(state, scheduled_at) WHERE ((state)::text = 'pending'::text)",
 		"outbox_pending_topic_idx":     "(topic) WHERE ((state)::text = 'pending'::text)",
 		"outbox_finished_idx":          "(state, updated_at) WHERE ((state)::text = ANY ((ARRAY['sent'::character varying, 'dead'::character varying])::text[]))",
+		"outbox_key_sequence_idx":      "(key, sequence) WHERE (((state)::text = ANY ((ARRAY['pending'::character varying, 'processing'::character varying])::text[])) AND (key IS NOT NULL))",
 	}
 	for name, def := range want {
 		if !strings.HasSuffix(after[name], def) {
 			t.Errorf("%s = %q, want ... %s", name, after[name], def)
 		}
 	}
-	for _, gone := range []string{"outbox_state_scheduled_idx", "outbox_topic_idx"} {
+	for _, gone := range []string{"outbox_state_scheduled_idx", "outbox_topic_idx", "outbox_key_head_idx"} {
 		if _, ok := after[gone]; ok {
 			t.Errorf("%s still there after 00003", gone)
 		}
 	}
-	// The claim's, head-of-key and reaper indexes are untouched.
-	for _, kept := range []string{"outbox_pkey", "outbox_claim_idx", "outbox_key_sequence_idx", "outbox_processing_idx", "outbox_held_key_idx"} {
+	// The claim's and the reaper's indexes are untouched.
+	for _, kept := range []string{"outbox_pkey", "outbox_claim_idx", "outbox_processing_idx", "outbox_held_key_idx"} {
 		if after[kept] != before[kept] {
 			t.Errorf("%s changed: %q -> %q", kept, before[kept], after[kept])
 		}
 	}
-	// Each index holds exactly its state's rows (100 of each state): the
+	// Each index holds exactly its state's rows (100 keyed rows of each state
+	// and 40 pending rows without a key): the
 	// predicates say what they should. Counted through the index itself.
 	for _, c := range []struct {
 		index, where string
 		want         int
 	}{
-		{"outbox_pending_scheduled_idx", "state = 'pending' AND scheduled_at <= now() + interval '1 hour'", 100},
+		{"outbox_pending_scheduled_idx", "state = 'pending' AND scheduled_at <= now() + interval '1 hour'", 140},
 		{"outbox_pending_topic_idx", "state = 'pending' AND topic = 'orders.1'", 34},
 		{"outbox_finished_idx", "state = 'dead' AND updated_at <= now() + interval '1 hour'", 100},
 		{"outbox_finished_idx", "state = 'sent' AND updated_at <= now() + interval '1 hour'", 100},
+		// The head-of-key probe's shape: a key equality proves key IS NOT NULL.
+		{"outbox_key_sequence_idx", "key = 'k3' AND state IN ('pending', 'processing') AND sequence <= 1000", 28},
+		// Rows without a key are not in it: 200 keyed pending or processing
+		// rows, and the 40 unkeyed pending ones are left out.
+		{"outbox_key_sequence_idx", "key IS NOT NULL AND state IN ('pending', 'processing')", 200},
 	} {
 		if got := countVia(ctx, t, pg, c.index, c.where); got != c.want {
 			t.Errorf("%s, %s: %d rows, want %d", c.index, c.where, got, c.want)

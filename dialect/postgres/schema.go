@@ -93,10 +93,13 @@ func (d *Dialect) missingIndexes(ctx context.Context, args []any, schemaExpr str
 	switch {
 	case !m.Has(dialect.ColKey):
 	case d.opts.lock:
-		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s = %s", QuoteIdent(col(dialect.ColState)), st("pending")),
+		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s = %s AND %s IS NOT NULL", QuoteIdent(col(dialect.ColState)), st("pending"), QuoteIdent(col(dialect.ColKey))),
 			"the head-of-key probe"})
 	default:
-		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s IN (%s, %s)", QuoteIdent(col(dialect.ColState)), st("pending"), st("processing")),
+		// Rows without a key are never probed (key = key is not true for
+		// NULL): leaving them out saves an index write per unkeyed row
+		// (migration 00003).
+		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s IN (%s, %s) AND %s IS NOT NULL", QuoteIdent(col(dialect.ColState)), st("pending"), st("processing"), QuoteIdent(col(dialect.ColKey))),
 			"the head-of-key probe"})
 	}
 	if !d.opts.lock {
