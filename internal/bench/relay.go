@@ -92,31 +92,34 @@ func quoteAll(ss []string) string {
 	return strings.Join(q, ", ")
 }
 
-// startReplicas writes the config and starts n `queuebox run` processes.
-// replicaConfigs writes the config file of each of n replicas and returns
-// their paths. Only the first replica serves the management server
+// replicaConfigs writes the config files of n replicas and returns one
+// path per replica. Only the first replica serves the management server
 // (cfg.Listen, for the CPU profile): the others would fail to bind the same
-// address.
+// address, so they share a second file without it.
 func replicaConfigs(dir string, cfg relayConfig, n int) ([]string, error) {
-	paths := make([]string, 0, n)
-	for i := 0; i < n; i++ {
-		c := cfg
-		if i > 0 {
-			c.Listen = ""
-		}
-		if i > 1 {
-			paths = append(paths, paths[1]) // the same as the second's
-			continue
-		}
+	write := func(c relayConfig) (string, error) {
 		path := filepath.Join(dir, "queuebox-bench-"+randomHex(4)+".yaml")
-		if err := os.WriteFile(path, []byte(c.yaml()), 0o600); err != nil {
+		return path, os.WriteFile(path, []byte(c.yaml()), 0o600)
+	}
+	first, err := write(cfg)
+	if err != nil {
+		return nil, err
+	}
+	paths := []string{first}
+	if n > 1 {
+		cfg.Listen = ""
+		rest, err := write(cfg)
+		if err != nil {
 			return nil, err
 		}
-		paths = append(paths, path)
+		for len(paths) < n {
+			paths = append(paths, rest)
+		}
 	}
 	return paths, nil
 }
 
+// startReplicas writes the config and starts n `queuebox run` processes.
 func startReplicas(ctx context.Context, binary, dir string, cfg relayConfig, n int) ([]*replica, error) {
 	paths, err := replicaConfigs(dir, cfg, n)
 	if err != nil {
