@@ -51,6 +51,17 @@ type claimPolicy struct {
 	// for it; one replica is unchanged (docs/performance.md, lesson 7).
 	turn chan struct{} // capacity 1: holding a value is holding the turn
 
+	// barren is set when a claim found nothing while another batch of this
+	// engine was in flight, and cleared when such a claim found rows. Set,
+	// a full batch does not wake the idle siblings: with fewer ready keys
+	// than a batch (1,000 keys at batch 1,000), every head is in the batch
+	// just claimed, and a woken sibling only scanned the claim window for
+	// nothing while holding the claim turn the worker with the next heads
+	// was waiting for (docs/performance.md, lesson 12). Idle siblings still
+	// poll every MaxPollInterval, and a claim of theirs that finds rows
+	// clears it.
+	barren atomic.Bool
+
 	mu        sync.Mutex
 	scanAfter time.Time
 	scanWait  time.Duration
@@ -86,6 +97,17 @@ func (e *Engine) claim(ctx context.Context, token string) ([]outbox.Message, err
 	}
 	return msgs, err
 }
+
+// claimed records what a claim found: siblings is the number of other
+// batches of this engine in flight while it ran.
+func (c *claimPolicy) claimed(n int, siblings int64) {
+	if siblings > 0 {
+		c.barren.Store(n == 0)
+	}
+}
+
+// wakeSiblings reports whether a full batch should wake the idle siblings.
+func (c *claimPolicy) wakeSiblings() bool { return !c.barren.Load() }
 
 // fullScanDue reports whether an unbounded claim may run now: no batch of
 // this engine is in flight and the backoff after a barren one has passed.

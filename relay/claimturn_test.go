@@ -2,8 +2,10 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,4 +109,87 @@ func TestClaimsTakeTurns(t *testing.T) {
 	if m := dest.pubs.max.Load(); m < 2 {
 		t.Errorf("publishes never overlapped (at most %d at once): taking turns to claim must not serialise delivery", m)
 	}
+}
+
+// headsDialect models a keyed table with fewer ready keys than a batch:
+// a claim takes every head, so no claim finds anything until that batch is
+// completed. It counts the claims that found nothing beside a batch in
+// flight. No database: only the methods the engine calls on this path.
+type headsDialect struct {
+	dialect.Dialect // nil; calling anything else panics the test
+	mu              sync.Mutex
+	open            string // token of the batch holding every head
+	seq             int64
+	batches, barren atomic.Int64
+}
+
+func (d *headsDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.open != "" {
+		d.barren.Add(1)
+		return nil, nil
+	}
+	d.open = p.Token
+	d.batches.Add(1)
+	msgs := make([]outbox.Message, p.Limit)
+	for i := range msgs {
+		d.seq++
+		msgs[i] = outbox.Message{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", d.seq), Topic: "heads",
+			Key: fmt.Sprintf("k%d", i), Payload: []byte(`{}`), Sequence: d.seq, MaxAttempts: 5}
+	}
+	return msgs, nil
+}
+
+func (d *headsDialect) Complete(_ context.Context, p dialect.CompleteParams) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.open == p.Token {
+		d.open = ""
+	}
+	return int64(len(p.IDs)), nil
+}
+
+func (d *headsDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
+	return 0, nil
+}
+
+// TestNoWakeForBarrenSiblings: when every ready head is in the batch just
+// claimed, a full batch must not wake the idle sibling each time: its claim
+// could only find nothing (while holding the claim turn). Before
+// claimPolicy.barren, there was a barren claim per batch.
+func TestNoWakeForBarrenSiblings(t *testing.T) {
+	db := &headsDialect{}
+	dest := &slowDest{}
+	r, err := router.New([]router.RouteSpec{{Pattern: "**", Destination: "slow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := relay.New(db, r, map[string]destination.Destination{"slow": dest}, relay.Options{
+		BatchSize: 10, InflightBatches: 2, PollInterval: 100 * time.Millisecond, MaxPollInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// 40 batches one after another, 30 ms of publishing each: ~1.2 s.
+	deadline := time.Now().Add(30 * time.Second)
+	for db.batches.Load() < 40 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	batches, barren := db.batches.Load(), db.barren.Load()
+	if batches < 40 {
+		t.Fatalf("only %d batches delivered", batches)
+	}
+	// Left: the first barren claim, which teaches the engine, and the idle
+	// sibling's polls (at most one per 100 ms here): ~12 over 1.2 s.
+	if barren > batches/2 {
+		t.Errorf("%d claims found nothing over %d batches: idle siblings are still woken by every full batch", barren, batches)
+	}
+	t.Logf("%d batches, %d barren claims", batches, barren)
 }

@@ -196,9 +196,12 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			log.Error("claim failed; retrying", "err", err, "retry_in", e.idleWait(0, empty))
 		case n >= e.opt.BatchSize:
 			// A full batch: more rows are probably ready. Claim again at
-			// once, and let idle siblings help.
+			// once, and let idle siblings help, unless their last claims
+			// beside a batch in flight found nothing (claimPolicy.barren).
 			empty = 0
-			e.wakeAll()
+			if e.policy.wakeSiblings() {
+				e.wakeAll()
+			}
 			continue
 		case n > 0:
 			// A partial batch: this worker claims again as soon as it is
@@ -269,9 +272,13 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
 	// lease expired. A claimed batch is then delivered within the shutdown
 	// window like any other.
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
+	siblings := e.policy.inflight.Load()
 	msgs, err := e.claim(claimCtx, token)
 	cancel()
 	e.policy.releaseTurn()
+	if err == nil {
+		e.policy.claimed(len(msgs), siblings)
+	}
 	e.obs.Claimed(len(msgs), time.Since(start), err)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
