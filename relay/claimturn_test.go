@@ -19,6 +19,14 @@ import (
 	"github.com/queuebox/queuebox/router"
 )
 
+// runEngine runs e until the test ends.
+func runEngine(t *testing.T, e *relay.Engine) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // peak counts calls in progress and remembers the most at once.
 type peak struct{ now, max atomic.Int64 }
 
@@ -91,10 +99,7 @@ func TestClaimsTakeTurns(t *testing.T) {
 		SELECT 'turns', json_build_object('i', i) FROM generate_series(1, $1) i`, rows); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runEngine(t, e)
 
 	deadline := time.Now().Add(30 * time.Second)
 	for dest.sent.Load() < rows && time.Now().Before(deadline) {
@@ -172,10 +177,7 @@ func TestNoWakeForBarrenSiblings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runEngine(t, e)
 
 	// 40 batches one after another, 30 ms of publishing each: ~1.2 s.
 	deadline := time.Now().Add(30 * time.Second)
