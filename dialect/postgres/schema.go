@@ -90,17 +90,17 @@ func (d *Dialect) missingIndexes(ctx context.Context, args []any, schemaExpr str
 		{"claim", []string{col(dialect.ColSequence)}, fmt.Sprintf("%s = %s", QuoteIdent(col(dialect.ColState)), st("pending")),
 			"the claim's ordered scan of pending rows"},
 	}
-	switch {
-	case !m.Has(dialect.ColKey):
-	case d.opts.lock:
-		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s = %s AND %s IS NOT NULL", QuoteIdent(col(dialect.ColState)), st("pending"), QuoteIdent(col(dialect.ColKey))),
-			"the head-of-key probe"})
-	default:
-		// Rows without a key are never probed (key = key is not true for
-		// NULL): leaving them out saves an index write per unkeyed row
-		// (migration 00003).
-		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)}, fmt.Sprintf("%s IN (%s, %s) AND %s IS NOT NULL", QuoteIdent(col(dialect.ColState)), st("pending"), st("processing"), QuoteIdent(col(dialect.ColKey))),
-			"the head-of-key probe"})
+	if m.Has(dialect.ColKey) {
+		// The head-of-key probe reads the key's pending rows (lease mode:
+		// and processing rows). Rows without a key are never probed (key =
+		// key is not true for NULL): leaving them out saves an index write
+		// per unkeyed row (migration 00003).
+		states := fmt.Sprintf("%s IN (%s, %s)", QuoteIdent(col(dialect.ColState)), st("pending"), st("processing"))
+		if d.opts.lock {
+			states = fmt.Sprintf("%s = %s", QuoteIdent(col(dialect.ColState)), st("pending"))
+		}
+		specs = append(specs, indexSpec{"key_sequence", []string{col(dialect.ColKey), col(dialect.ColSequence)},
+			states + " AND " + QuoteIdent(col(dialect.ColKey)) + " IS NOT NULL", "the head-of-key probe"})
 	}
 	if !d.opts.lock {
 		specs = append(specs, indexSpec{"processing", []string{col(dialect.ColClaimedAt)}, fmt.Sprintf("%s = %s", QuoteIdent(col(dialect.ColState)), st("processing")),
