@@ -35,6 +35,8 @@ const (
 	fullScanMinWait    = time.Second
 	fullScanMaxWait    = 30 * time.Second
 	fullScanCostFactor = 40
+	minProbeAfter      = 8
+	maxProbeAfter      = 256
 )
 
 // claimPolicy holds the state of the claim policy of one engine.
@@ -62,9 +64,29 @@ type claimPolicy struct {
 	// clears it.
 	barren atomic.Bool
 
-	mu        sync.Mutex
-	scanAfter time.Time
-	scanWait  time.Duration
+	// limit is the size of the next claim (claimLimit): BatchSize, or
+	// share (BatchSize ÷ InflightBatches, rounded up) while claims of
+	// BatchSize are seen to find fewer ready rows than that. With as many
+	// ready keys as a batch (1,000 keys at batch 1,000), one full claim
+	// takes every head and the siblings find nothing until it is completed:
+	// claim, publish and complete run strictly in turn, one batch in
+	// flight. And a claim that cannot fill its limit walks its whole window
+	// of candidates, testing each for head of its key (65 ms where a full
+	// 500-row claim takes 29 ms). At share, the workers take half the heads
+	// each, their batches overlap, and each claim stops when it is full
+	// (docs/performance.md, lesson 13). Every probeAfter full claims at
+	// share, one claim asks for BatchSize again: if it fills, the limit
+	// stays there; if not, the next probe waits twice as long (up to
+	// maxProbeAfter), like the full scan's backoff.
+	limit        atomic.Int64
+	batch, share int
+
+	mu         sync.Mutex
+	fullRun    int  // consecutive full claims at share
+	probeAfter int  // full claims at share before the next probe
+	probing    bool // the limit is back at BatchSize on probation
+	scanAfter  time.Time
+	scanWait   time.Duration
 }
 
 // takeTurn waits for the engine's claim turn; false when stop is closed
@@ -82,8 +104,8 @@ func (c *claimPolicy) releaseTurn() { <-c.turn }
 
 // claim runs the policy: a windowed claim, and the unbounded one when the
 // window was empty and a full scan is due. The caller holds the claim turn.
-func (e *Engine) claim(ctx context.Context, token string) ([]outbox.Message, error) {
-	p := dialect.ClaimParams{Token: token, Limit: e.opt.BatchSize, Lease: e.opt.Lease,
+func (e *Engine) claim(ctx context.Context, token string, limit int) ([]outbox.Message, error) {
+	p := dialect.ClaimParams{Token: token, Limit: limit, Lease: e.opt.Lease,
 		Window: max(claimWindowFactor*e.opt.BatchSize, claimWindowMin)}
 	msgs, err := e.db.Claim(ctx, p)
 	if err != nil || len(msgs) > 0 || !e.policy.fullScanDue() {
@@ -98,9 +120,49 @@ func (e *Engine) claim(ctx context.Context, token string) ([]outbox.Message, err
 	return msgs, err
 }
 
-// claimed records what a claim found: siblings is the number of other
-// batches of this engine in flight while it ran.
-func (c *claimPolicy) claimed(n int, siblings int64) {
+func newClaimPolicy(batch, inflight int) *claimPolicy {
+	c := &claimPolicy{turn: make(chan struct{}, 1), batch: batch,
+		share: (batch + inflight - 1) / inflight, probeAfter: minProbeAfter}
+	c.limit.Store(int64(batch))
+	return c
+}
+
+// claimLimit is the size of the next claim.
+func (c *claimPolicy) claimLimit() int { return int(c.limit.Load()) }
+
+// claimed records what a claim of limit rows found: siblings is the number
+// of other batches of this engine in flight while it ran.
+func (c *claimPolicy) claimed(n, limit int, siblings int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if limit == c.batch && c.probing {
+		// The first answer to a probe decides it.
+		c.probing = false
+		if n == limit {
+			c.probeAfter = minProbeAfter
+		} else {
+			c.probeAfter = min(2*c.probeAfter, maxProbeAfter)
+		}
+	}
+	switch {
+	case limit > c.share && n < limit && siblings > 0:
+		// A claim of BatchSize found fewer ready rows than that while
+		// this engine had a batch in flight: claim shares. The next full
+		// share wakes the siblings to take the rest.
+		c.limit.Store(int64(c.share))
+		c.fullRun = 0
+		c.barren.Store(false)
+		return
+	case limit < c.batch && n == limit:
+		c.fullRun++
+		if c.fullRun >= c.probeAfter {
+			c.fullRun = 0
+			c.probing = true
+			c.limit.Store(int64(c.batch))
+		}
+	case limit < c.batch:
+		c.fullRun = 0
+	}
 	if siblings > 0 {
 		c.barren.Store(n == 0)
 	}

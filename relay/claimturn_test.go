@@ -195,3 +195,101 @@ func TestNoWakeForBarrenSiblings(t *testing.T) {
 	}
 	t.Logf("%d batches, %d barren claims", batches, barren)
 }
+
+// keysDialect models a keyed table with deep backlogs: keys keys, each
+// always with a next row, and a key is ready when no batch holds it. A claim
+// takes up to Limit ready keys. No database: only the methods the engine
+// calls on this path.
+type keysDialect struct {
+	dialect.Dialect // nil; calling anything else panics the test
+	keys            int
+	mu              sync.Mutex
+	held            map[string][]int // token -> keys it holds
+	busy            map[int]bool
+	seq             int64
+	batches, barren atomic.Int64
+	partial         atomic.Int64 // claims that found some rows, fewer than their limit
+}
+
+func (d *keysDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var msgs []outbox.Message
+	for k := 0; k < d.keys && len(msgs) < p.Limit; k++ {
+		if d.busy[k] {
+			continue
+		}
+		d.busy[k] = true
+		d.held[p.Token] = append(d.held[p.Token], k)
+		d.seq++
+		msgs = append(msgs, outbox.Message{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", d.seq), Topic: "keys",
+			Key: fmt.Sprintf("k%d", k), Payload: []byte(`{}`), Sequence: d.seq, MaxAttempts: 5})
+	}
+	switch {
+	case len(msgs) == 0:
+		d.barren.Add(1)
+	case len(msgs) < p.Limit:
+		d.partial.Add(1)
+		d.batches.Add(1)
+	default:
+		d.batches.Add(1)
+	}
+	return msgs, nil
+}
+
+func (d *keysDialect) Complete(_ context.Context, p dialect.CompleteParams) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range d.held[p.Token] {
+		d.busy[k] = false
+	}
+	delete(d.held, p.Token)
+	return int64(len(p.IDs)), nil
+}
+
+func (d *keysDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
+	return 0, nil
+}
+
+// TestClaimsSplitFewKeys: with exactly as many ready keys as a batch (1,000
+// keys at batch 1,000 in the benchmark), one full claim takes every head and
+// the sibling finds nothing until that batch is done: one batch in flight,
+// claim, publish and complete strictly in turn. The engine must then claim
+// smaller batches, so that both workers publish side by side, and each
+// claim fills its limit: on PostgreSQL a claim that cannot fill it walks its
+// whole window of candidates.
+func TestClaimsSplitFewKeys(t *testing.T) {
+	db := &keysDialect{keys: 10, held: map[string][]int{}, busy: map[int]bool{}}
+	dest := &slowDest{}
+	r, err := router.New([]router.RouteSpec{{Pattern: "**", Destination: "slow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := relay.New(db, r, map[string]destination.Destination{"slow": dest}, relay.Options{
+		BatchSize: 10, InflightBatches: 2, PollInterval: 50 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runEngine(t, e)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for db.batches.Load() < 60 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	batches, barren, partial := db.batches.Load(), db.barren.Load(), db.partial.Load()
+	if batches < 60 {
+		t.Fatalf("only %d batches delivered", batches)
+	}
+	if partial > batches/4 {
+		t.Errorf("%d of %d claims found fewer rows than they asked for", partial, batches)
+	}
+	if m := dest.pubs.max.Load(); m < 2 {
+		t.Errorf("at most %d batch published at once: one full claim still takes every ready key", m)
+	}
+	if barren > batches/4 {
+		t.Errorf("%d claims found nothing over %d batches", barren, batches)
+	}
+	t.Logf("%d batches, %d barren and %d partial claims, up to %d published at once", batches, barren, partial, dest.pubs.max.Load())
+}

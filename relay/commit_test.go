@@ -83,7 +83,7 @@ func TestLockModeReportsOnlyCommittedOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := e.runBatch(context.Background(), e.log)
+		n, _, err := e.runBatch(context.Background(), e.log)
 		if err != nil || n != 2 {
 			t.Fatalf("runBatch = %d, %v", n, err)
 		}
@@ -122,7 +122,7 @@ func TestOnlyAWholeDestinationFailureDefersRows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.runBatch(context.Background(), e.log); err != nil {
+		if _, _, err := e.runBatch(context.Background(), e.log); err != nil {
 			t.Fatal(err)
 		}
 		var b *dialect.RetryItem

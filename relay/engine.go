@@ -96,7 +96,7 @@ type Engine struct {
 	obs    Observer
 	// breakers holds one circuit breaker per destination.
 	breakers map[string]*breaker
-	policy   claimPolicy
+	policy   *claimPolicy
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed and replaced to wake every idle worker
@@ -121,7 +121,7 @@ func New(db dialect.Dialect, r Router, dests map[string]destination.Destination,
 		log:      opt.Logger,
 		obs:      opt.Observer,
 		breakers: breakers,
-		policy:   claimPolicy{turn: make(chan struct{}, 1)},
+		policy:   newClaimPolicy(opt.BatchSize, opt.InflightBatches),
 		wakeCh:   make(chan struct{}),
 	}, nil
 }
@@ -186,7 +186,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 	empty := 0 // consecutive claims that found nothing
 	for ctx.Err() == nil {
 		wake := e.wakeChan()
-		n, err := e.runBatch(ctx, log)
+		n, full, err := e.runBatch(ctx, log)
 		switch {
 		case err != nil:
 			empty++
@@ -194,7 +194,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 				return
 			}
 			log.Error("claim failed; retrying", "err", err, "retry_in", e.idleWait(0, empty))
-		case n >= e.opt.BatchSize:
+		case full:
 			// A full batch: more rows are probably ready. Claim again at
 			// once, and let idle siblings help, unless their last claims
 			// beside a batch in flight found nothing (claimPolicy.barren).
@@ -258,12 +258,12 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
 }
 
 // runBatch claims one batch and carries it to the end. It returns the
-// number of rows claimed.
-func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
+// number of rows claimed, and whether the claim took as many as it asked for.
+func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (n int, full bool, err error) {
 	// The claims of one engine take turns (claimPolicy.turn); shutdown
 	// ends the wait.
 	if !e.policy.takeTurn(ctx.Done()) {
-		return 0, nil
+		return 0, false, nil
 	}
 	token := uuid.NewString()
 	start := time.Now()
@@ -272,24 +272,24 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (int, error) {
 	// lease expired. A claimed batch is then delivered within the shutdown
 	// window like any other.
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
-	siblings := e.policy.inflight.Load()
-	msgs, err := e.claim(claimCtx, token)
+	siblings, limit := e.policy.inflight.Load(), e.policy.claimLimit()
+	msgs, err := e.claim(claimCtx, token, limit)
 	cancel()
 	e.policy.releaseTurn()
 	if err == nil {
-		e.policy.claimed(len(msgs), siblings)
+		e.policy.claimed(len(msgs), limit, siblings)
 	}
 	e.obs.Claimed(len(msgs), time.Since(start), err)
 	if err != nil {
-		return 0, fmt.Errorf("claim: %w", err)
+		return 0, false, fmt.Errorf("claim: %w", err)
 	}
 	if len(msgs) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	e.policy.inflight.Add(1)
 	defer e.policy.inflight.Add(-1)
 	e.deliver(ctx, log, token, msgs)
-	return len(msgs), nil
+	return len(msgs), len(msgs) >= limit, nil
 }
 
 // outcome is what happened to one claimed row.

@@ -1,0 +1,97 @@
+package relay
+
+import "testing"
+
+// TestClaimLimitFollowsReadyRows walks the claim size through its states:
+// whole batches, split into shares when a batch finds fewer ready rows
+// beside a batch in flight, a probe for whole batches after a run of full
+// shares, and the probe's backoff.
+func TestClaimLimitFollowsReadyRows(t *testing.T) {
+	c := newClaimPolicy(1000, 2)
+	want := func(step string, limit int) {
+		t.Helper()
+		if got := c.claimLimit(); got != limit {
+			t.Fatalf("%s: claim limit %d, want %d", step, got, limit)
+		}
+	}
+	want("new", 1000)
+
+	// Alone, a short claim is the end of the backlog, not a sign of few
+	// ready rows.
+	c.claimed(300, 1000, 0)
+	c.claimed(0, 1000, 0)
+	want("short claims with nothing in flight", 1000)
+	c.claimed(1000, 1000, 1)
+	want("full claim", 1000)
+
+	// Beside a batch in flight, a claim of a whole batch found nothing:
+	// the batch in flight took every ready row. Split.
+	c.claimed(0, 1000, 1)
+	want("barren claim beside a batch", 500)
+	if !c.wakeSiblings() {
+		t.Fatal("after a split the next full share must wake the siblings to take the rest")
+	}
+	// A share that finds nothing beside a batch: fewer ready rows than a
+	// share; the siblings are no longer woken.
+	c.claimed(0, 500, 1)
+	want("barren share", 500)
+	if c.wakeSiblings() {
+		t.Fatal("a barren share must stop full batches from waking the siblings")
+	}
+	c.claimed(200, 500, 1)
+	if !c.wakeSiblings() {
+		t.Fatal("a share that found rows must let full batches wake the siblings again")
+	}
+
+	// minProbeAfter full shares, then one whole batch on probation.
+	for i := range minProbeAfter {
+		want("full shares", 500)
+		c.claimed(500, 500, int64(i%2))
+	}
+	want("probe", 1000)
+	// The probe comes back short beside a batch: shares again, and the
+	// next probe waits twice as long.
+	c.claimed(500, 1000, 1)
+	want("failed probe", 500)
+	for range 2*minProbeAfter - 1 {
+		c.claimed(500, 500, 1)
+	}
+	want("before the second probe", 500)
+	// A partial share breaks the run.
+	c.claimed(499, 500, 1)
+	for range 2 * minProbeAfter {
+		c.claimed(500, 500, 1)
+	}
+	want("second probe", 1000)
+	// This probe fills: whole batches stay, and the backoff resets.
+	c.claimed(1000, 1000, 1)
+	c.claimed(1000, 1000, 1)
+	want("successful probe", 1000)
+	c.claimed(10, 1000, 1)
+	for range minProbeAfter {
+		c.claimed(500, 500, 1)
+	}
+	want("probe after a reset backoff", 1000)
+
+	// The probe's backoff is bounded.
+	for range 20 {
+		c.claimed(0, 1000, 1)
+		for c.claimLimit() < 1000 {
+			c.claimed(500, 500, 1)
+		}
+	}
+	c.mu.Lock()
+	after := c.probeAfter
+	c.mu.Unlock()
+	if after != maxProbeAfter {
+		t.Fatalf("probe backoff %d after 20 failed probes, want the bound %d", after, maxProbeAfter)
+	}
+
+	// One batch in flight at most: nothing to split.
+	one := newClaimPolicy(100, 1)
+	one.claimed(0, 100, 1)
+	one.claimed(30, 100, 1)
+	if got := one.claimLimit(); got != 100 {
+		t.Fatalf("InflightBatches 1: claim limit %d, want 100", got)
+	}
+}
