@@ -96,3 +96,25 @@ func TestReplicaConfigsListenOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestWorldLeavesNoTempFiles: the embedded NATS server's store is removed
+// whole; removing only its StoreDir (a subdirectory) left an empty
+// queuebox-bench-nats-* directory in the temp dir per run.
+func TestWorldLeavesNoTempFiles(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	pgURL := testenv.Env("QUEUEBOX_TEST_POSTGRES_URL", testenv.DefaultPostgresURL)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := probePostgres(ctx, pgURL); err != nil {
+		testenv.Unavailable(t, "PostgreSQL", err)
+		return
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("left in the temp dir: %s", e.Name())
+	}
+}

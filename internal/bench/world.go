@@ -34,6 +34,7 @@ type world struct {
 	admin  *pgxpool.Pool // on the server's maintenance database: pg_stat_database reads
 
 	ns      *server.Server // nil with an external NATS server
+	nsDir   string         // the embedded server's store; its StoreDir is a subdirectory
 	natsURL string
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -105,11 +106,10 @@ func openWorld(ctx context.Context, o *Options) (_ *world, err error) {
 
 	w.natsURL = o.NATSURL
 	if w.natsURL == "" {
-		dir, err := os.MkdirTemp("", "queuebox-bench-nats-")
-		if err != nil {
+		if w.nsDir, err = os.MkdirTemp("", "queuebox-bench-nats-"); err != nil {
 			return nil, err
 		}
-		w.ns, err = server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+		w.ns, err = server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: w.nsDir, NoLog: true, NoSigs: true})
 		if err != nil {
 			return nil, fmt.Errorf("bench: embedded NATS: %w", err)
 		}
@@ -154,12 +154,14 @@ func (w *world) close() {
 	}
 	w.amqp.close()
 	if w.ns != nil {
-		dir := w.ns.StoreDir()
 		w.ns.Shutdown()
 		w.ns.WaitForShutdown()
-		if dir != "" {
-			_ = os.RemoveAll(dir)
-		}
+	}
+	if w.nsDir != "" {
+		// The whole directory: the server's StoreDir is its jetstream/
+		// subdirectory, and removing only that left one empty directory
+		// in the temp dir per run.
+		_ = os.RemoveAll(w.nsDir)
 	}
 	if w.admin != nil {
 		w.admin.Close()
