@@ -5,8 +5,9 @@
 //
 // The story of one batch:
 //
-//  1. Claim. A worker asks the dialect for up to BatchSize ready rows under
-//     a fresh lease token. Ready means pending, due, and the head of its key
+//  1. Claim. A worker asks the dialect for up to BatchSize ready rows (or a
+//     share of that while whole batches find fewer ready rows; claim.go)
+//     under a fresh lease token. Ready means pending, due, and the head of its key
 //     (see package dialect), so a batch never holds two rows of one key and
 //     a key's next row cannot be claimed while its head is in flight. This is
 //     what keeps per-key order at any number of workers and replicas.
