@@ -139,6 +139,7 @@ func Default() *Config {
 			ShutdownTimeout: Duration(10 * time.Second),
 			OnDead:          "release",
 			ClaimMode:       "auto",
+			ClaimTurns:      "table",
 			CircuitBreaker: Breaker{
 				Failures:   5,
 				OpenFor:    Duration(5 * time.Second),

@@ -50,6 +50,10 @@ type Relay struct {
 	// held while the batch is published, for tables without lease columns)
 	// or auto (lease when the table can hold a lease). docs/adopting.md.
 	ClaimMode string `yaml:"claimMode"`
+	// ClaimTurns is who takes turns to claim: table (the claims of every
+	// relay on the table, through an advisory lock; PostgreSQL lease mode)
+	// or replica (only the claims of one relay). docs/configuration.md.
+	ClaimTurns string `yaml:"claimTurns"`
 	// LockTimeout bounds how long a lock-mode batch holds its rows locked
 	// (its transaction); 0 means relay.lease.
 	LockTimeout    Duration `yaml:"lockTimeout"`

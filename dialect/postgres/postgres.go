@@ -37,6 +37,9 @@ type Dialect struct {
 	queries map[string]string
 	// claims renders claim.sql per (limit, window); nil in lock mode.
 	claims *claimShapes
+	// turnSQL takes the table's claim turn (WithTableClaimTurns); empty
+	// when claims do not take turns across relays.
+	turnSQL string
 }
 
 // Option changes how New renders the SQL.
@@ -46,7 +49,25 @@ type options struct {
 	hold   bool
 	idType string // SQL type of the id column for casts (WithIDType); "" = uuid
 	lock   bool   // lock mode (NewLockMode): the lease-only queries are not rendered
+	// replicaTurns: claims take turns within one relay only
+	// (WithTableClaimTurns(false)); the zero value is the default, turns
+	// across every relay on the table.
+	replicaTurns bool
 }
+
+// WithTableClaimTurns sets whether the claims of every relay on the table
+// take turns (true, the default; relay.claimTurns: table) or only the claims
+// of one relay (false; relay.claimTurns: replica). In lease mode each claim
+// then first takes a transaction-scoped advisory lock of the table
+// (claimTurnSQL), in the same implicit transaction and network round trip as
+// the claim statement, so the lock is held exactly as long as the claim.
+// Claims that run at once race for the same rows at the front of the claim
+// index: each skips what the others have locked, walks on, and (keyed) finds
+// the heads taken and scans its window for nothing, or for a fragment of a
+// batch. Taking turns, each claim starts from the committed result of the
+// last one. Measured: docs/performance.md, lesson 14. Lock mode holds its
+// claim's transaction open while it publishes, so it never takes this lock.
+func WithTableClaimTurns(on bool) Option { return func(o *options) { o.replicaTurns = !on } }
 
 // WithHoldDeadKeys renders the SQL for relay.onDead: hold when hold is true:
 // a keyed row that dies holds its key (its held_at is set), and the claim
@@ -70,6 +91,9 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 	if !o.lock {
 		if d.claims, err = newClaimShapes(sqlFiles, "sql/claim.sql", m, o); err != nil {
 			return nil, err
+		}
+		if !o.replicaTurns {
+			d.turnSQL = claimTurnSQL(m)
 		}
 	}
 	return d, nil
@@ -163,17 +187,49 @@ func compareMessages(a, b outbox.Message) int {
 	return strings.Compare(a.ID, b.ID)
 }
 
-// claim runs one rendered claim statement.
+// claim runs one rendered claim statement, after taking the table's claim
+// turn when claims take turns across relays (WithTableClaimTurns). Both go
+// in one batch: one round trip and one implicit transaction (a single
+// Sync), which releases the turn when the claim commits. The claim
+// statement takes its snapshot after the turn is granted, so it sees the
+// rows the last claim took.
 func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
-	rows, err := d.pool.Query(ctx, query, p.Token, micros(p.Lease))
+	b := &pgx.Batch{}
+	if d.turnSQL != "" {
+		b.Queue(d.turnSQL)
+	}
+	b.Queue(query, p.Token, micros(p.Lease))
+	br := d.pool.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	if d.turnSQL != "" {
+		if _, err := br.Exec(); err != nil {
+			return nil, interpretError("claim turn", err)
+		}
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}
 	msgs, err := scanMessages(rows, p.Limit)
+	if err == nil {
+		err = br.Close() // the implicit transaction's commit
+	}
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}
 	return msgs, nil
+}
+
+// claimTurnSpace is the high half of the claim turn's advisory lock key;
+// the low half is the table's oid, so each table (whatever the search_path
+// that names it) has its own turn.
+const claimTurnSpace = 0x71627475 // "qbtu"
+
+// claimTurnSQL takes the claim turn of m's table: a transaction-scoped
+// advisory lock on claimTurnSpace << 32 | the table's oid.
+func claimTurnSQL(m dialect.Mapping) string {
+	return fmt.Sprintf("SELECT pg_advisory_xact_lock(%d::bigint << 32 | %s::regclass::oid::bigint)",
+		claimTurnSpace, quoteLiteral(m.Table(QuoteIdent)))
 }
 
 // Renew implements dialect.Dialect.

@@ -448,3 +448,94 @@ func TestClaimShapes(t *testing.T) {
 		t.Errorf("%d shapes kept, want at most %d", n, maxClaimShapes)
 	}
 }
+
+// TestClaimsTakeTableTurns: with table claim turns (the default) a claim
+// waits while another claim of the table holds the turn, then runs on a
+// snapshot taken after it: it sees what the other claim took. A dialect
+// with replica turns does not wait. The turn is released with the claim.
+func TestClaimsTakeTableTurns(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	turns, err := New(pg.Pool, dialect.DefaultMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, err := New(pg.Pool, dialect.DefaultMapping(), WithTableClaimTurns(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if turns.turnSQL == "" || free.turnSQL != "" {
+		t.Fatalf("turn SQL %q by default and %q with WithTableClaimTurns(false)", turns.turnSQL, free.turnSQL)
+	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another claimer holds the table's turn.
+	holder, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, turns.turnSQL); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		msgs []outbox.Message
+		err  error
+	}
+	waiting := make(chan result, 1)
+	go func() {
+		msgs, err := turns.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000a1", Limit: 10, Lease: time.Minute})
+		waiting <- result{msgs, err}
+	}()
+	// This table's turn in pg_locks (a bigint key is classid = high half,
+	// objid = low half, objsubid 1); other tests may hold other turns.
+	const turnLocks = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid::bigint = $1 AND objid = 'outbox'::regclass::oid`
+	// The waiting claim shows up as a backend waiting for the turn.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := pg.Pool.QueryRow(ctx, turnLocks+` AND NOT granted`, claimTurnSpace).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		select {
+		case r := <-waiting:
+			t.Fatalf("claim ran while another held the table's turn: %d rows, %v", len(r.msgs), r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never waited for the table's turn")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Replica turns do not wait; this claim takes the row.
+	got, err := free.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000a2", Limit: 10, Lease: time.Minute})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim with replica turns: %d rows, %v; want the one row at once", len(got), err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waiting
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.msgs) != 0 {
+		t.Fatalf("the waiting claim took %d rows the other claim had already taken", len(r.msgs))
+	}
+	var held int
+	if err := pg.Pool.QueryRow(ctx, turnLocks, claimTurnSpace).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("%d advisory locks held after the claims: the turn outlived its claim", held)
+	}
+}
