@@ -19,6 +19,23 @@ import (
 	"github.com/queuebox/queuebox/router"
 )
 
+// newSlowEngine returns an engine on db that routes every row to one
+// slowDest, with opt and a silent logger.
+func newSlowEngine(t *testing.T, db dialect.Dialect, opt relay.Options) (*relay.Engine, *slowDest) {
+	t.Helper()
+	dest := &slowDest{}
+	r, err := router.New([]router.RouteSpec{{Pattern: "**", Destination: "slow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := relay.New(db, r, map[string]destination.Destination{"slow": dest}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, dest
+}
+
 // runEngine runs e until the test ends.
 func runEngine(t *testing.T, e *relay.Engine) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -82,18 +99,7 @@ func TestClaimsTakeTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := &overlapDialect{Dialect: base}
-	dest := &slowDest{}
-	r, err := router.New([]router.RouteSpec{{Pattern: "**", Destination: "slow"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := relay.New(db, r, map[string]destination.Destination{"slow": dest}, relay.Options{
-		BatchSize: 10, InflightBatches: 4, PollInterval: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, dest := newSlowEngine(t, db, relay.Options{BatchSize: 10, InflightBatches: 4, PollInterval: 10 * time.Millisecond})
 	const rows = 400
 	if _, err := pg.Pool.Exec(context.Background(), `INSERT INTO outbox (topic, payload)
 		SELECT 'turns', json_build_object('i', i) FROM generate_series(1, $1) i`, rows); err != nil {
@@ -165,18 +171,7 @@ func (d *headsDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredPar
 // claimPolicy.barren, there was a barren claim per batch.
 func TestNoWakeForBarrenSiblings(t *testing.T) {
 	db := &headsDialect{}
-	dest := &slowDest{}
-	r, err := router.New([]router.RouteSpec{{Pattern: "**", Destination: "slow"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := relay.New(db, r, map[string]destination.Destination{"slow": dest}, relay.Options{
-		BatchSize: 10, InflightBatches: 2, PollInterval: 100 * time.Millisecond, MaxPollInterval: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, _ := newSlowEngine(t, db, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 100 * time.Millisecond, MaxPollInterval: 200 * time.Millisecond})
 	runEngine(t, e)
 
 	// 40 batches one after another, 30 ms of publishing each: ~1.2 s.
@@ -260,18 +255,7 @@ func (d *keysDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredPara
 // whole window of candidates.
 func TestClaimsSplitFewKeys(t *testing.T) {
 	db := &keysDialect{keys: 10, held: map[string][]int{}, busy: map[int]bool{}}
-	dest := &slowDest{}
-	r, err := router.New([]router.RouteSpec{{Pattern: "**", Destination: "slow"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := relay.New(db, r, map[string]destination.Destination{"slow": dest}, relay.Options{
-		BatchSize: 10, InflightBatches: 2, PollInterval: 50 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, dest := newSlowEngine(t, db, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 50 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond})
 	runEngine(t, e)
 
 	deadline := time.Now().Add(30 * time.Second)
