@@ -22,6 +22,7 @@ type Metrics struct {
 
 	claimDuration   *prometheus.HistogramVec
 	claimedRows     prometheus.Counter
+	claimLimit      prometheus.Gauge
 	publishDuration *prometheus.HistogramVec
 	commitToAck     *prometheus.HistogramVec
 	deliveries      *prometheus.CounterVec
@@ -61,6 +62,10 @@ func New() *Metrics {
 		claimedRows: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "claimed_rows_total",
 			Help: "Rows claimed.",
+		}),
+		claimLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "claim_limit",
+			Help: "Rows the last claim asked for: relay.batchSize, or a share of it while whole batches find fewer ready rows.",
 		}),
 		publishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "publish_duration_seconds",
@@ -118,7 +123,7 @@ func New() *Metrics {
 			Help: "Rows deleted by retention, by state (sent, dead).",
 		}, []string{"state"}),
 	}
-	r.MustRegister(m.claimDuration, m.claimedRows, m.publishDuration, m.commitToAck, m.deliveries,
+	r.MustRegister(m.claimDuration, m.claimedRows, m.claimLimit, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
 		m.purged)
 	// Every series with a fixed label set exists from the start, at zero,
@@ -155,8 +160,9 @@ func result(err error) string {
 }
 
 // Claimed implements relay.Observer.
-func (m *Metrics) Claimed(rows int, d time.Duration, err error) {
+func (m *Metrics) Claimed(rows, limit int, d time.Duration, err error) {
 	m.claimDuration.WithLabelValues(result(err)).Observe(d.Seconds())
+	m.claimLimit.Set(float64(limit))
 	m.claimedRows.Add(float64(rows))
 	m.inflight.Add(float64(rows))
 }

@@ -73,8 +73,11 @@ func TestRetentionCounter(t *testing.T) {
 	if got := testutil.ToFloat64(m.purged.WithLabelValues("dead")); got != 0 {
 		t.Errorf("dead = %v", got)
 	}
-	m.Claimed(3, time.Millisecond, nil)
+	m.Claimed(3, 500, time.Millisecond, nil)
 	if got := testutil.ToFloat64(m.inflight); got != 3 {
 		t.Errorf("inflight = %v", got)
+	}
+	if got := testutil.ToFloat64(m.claimLimit); got != 500 {
+		t.Errorf("claim limit = %v", got)
 	}
 }

@@ -279,7 +279,7 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (n int, full bo
 	if err == nil {
 		e.policy.claimed(len(msgs), limit, siblings)
 	}
-	e.obs.Claimed(len(msgs), time.Since(start), err)
+	e.obs.Claimed(len(msgs), limit, time.Since(start), err)
 	if err != nil {
 		return 0, false, fmt.Errorf("claim: %w", err)
 	}

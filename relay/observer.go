@@ -5,9 +5,10 @@ import "time"
 // Observer receives the engine's events, for metrics. Implementations must
 // be safe for concurrent use and must not block.
 type Observer interface {
-	// Claimed reports one claim statement: rows claimed, its duration and
-	// its error.
-	Claimed(rows int, d time.Duration, err error)
+	// Claimed reports one claim statement: rows claimed, the rows it asked
+	// for (BatchSize, or a share of it; claim.go), its duration and its
+	// error.
+	Claimed(rows, limit int, d time.Duration, err error)
 	// Published reports one Publish call to a destination.
 	Published(dest string, rows int, d time.Duration, err error)
 	// Acked reports one row accepted by a destination, with the time from
@@ -31,7 +32,7 @@ type Observer interface {
 // NopObserver ignores every event.
 type NopObserver struct{}
 
-func (NopObserver) Claimed(int, time.Duration, error)           {}
+func (NopObserver) Claimed(int, int, time.Duration, error)      {}
 func (NopObserver) Published(string, int, time.Duration, error) {}
 func (NopObserver) Acked(string, time.Duration)                 {}
 func (NopObserver) Settled(string, Outcome, int)                {}
