@@ -11,6 +11,7 @@ package dialect
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/queuebox/queuebox/outbox"
@@ -55,7 +56,20 @@ type ClaimParams struct {
 	// backlog. 0 considers every pending row. A dialect that cannot bound
 	// its scan may ignore it (the result is then a superset, never wrong).
 	Window int
+	// Poll marks a claim with no sign of ready rows (the caller's last
+	// claim found nothing and nothing woke it). Where claims take turns
+	// across relays and another claim holds the turn, a dialect may return
+	// no rows at once instead of queuing: that claim starts from the rows
+	// the holder leaves, and a poll queued behind it adds a claim statement
+	// (often a walk of the window for nothing) to the one queue every
+	// relay's claims share. Such a claim returns ErrClaimTurnBusy. A
+	// dialect may ignore Poll.
+	Poll bool
 }
+
+// ErrClaimTurnBusy is what a poll (ClaimParams.Poll) returns when another
+// claim holds the table's claim turn: it did not run, and found nothing.
+var ErrClaimTurnBusy = errors.New("claim turn held by another claim; poll skipped")
 
 // RenewParams are the inputs of Dialect.Renew.
 type RenewParams struct {

@@ -104,8 +104,8 @@ func (c *claimPolicy) releaseTurn() { <-c.turn }
 
 // claim runs the policy: a windowed claim, and the unbounded one when the
 // window was empty and a full scan is due. The caller holds the claim turn.
-func (e *Engine) claim(ctx context.Context, token string, limit int) ([]outbox.Message, error) {
-	p := dialect.ClaimParams{Token: token, Limit: limit, Lease: e.opt.Lease,
+func (e *Engine) claim(ctx context.Context, token string, limit int, poll bool) ([]outbox.Message, error) {
+	p := dialect.ClaimParams{Token: token, Limit: limit, Lease: e.opt.Lease, Poll: poll,
 		Window: max(claimWindowFactor*e.opt.BatchSize, claimWindowMin)}
 	msgs, err := e.db.Claim(ctx, p)
 	if err != nil || len(msgs) > 0 || !e.policy.fullScanDue() {

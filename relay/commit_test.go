@@ -83,7 +83,7 @@ func TestLockModeReportsOnlyCommittedOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, _, err := e.runBatch(context.Background(), e.log)
+		n, _, err := e.runBatch(context.Background(), e.log, false)
 		if err != nil || n != 2 {
 			t.Fatalf("runBatch = %d, %v", n, err)
 		}
@@ -122,7 +122,7 @@ func TestOnlyAWholeDestinationFailureDefersRows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := e.runBatch(context.Background(), e.log); err != nil {
+		if _, _, err := e.runBatch(context.Background(), e.log, false); err != nil {
 			t.Fatal(err)
 		}
 		var b *dialect.RetryItem
@@ -134,5 +134,50 @@ func TestOnlyAWholeDestinationFailureDefersRows(t *testing.T) {
 		if b == nil || b.Attempt != tc.wantAttempt {
 			t.Fatalf("whole destination down = %v: retry of b = %+v, want attempt %d", tc.all, b, tc.wantAttempt)
 		}
+	}
+}
+
+// busyTurnDialect reports the table's claim turn busy to every poll and
+// counts what it was asked.
+type busyTurnDialect struct {
+	lockDialect
+	polls, claims int
+}
+
+func (d *busyTurnDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	if p.Poll {
+		d.polls++
+		return nil, dialect.ErrClaimTurnBusy
+	}
+	d.claims++
+	return nil, nil
+}
+
+// TestSkippedPollIsAnEmptyClaim: a poll that finds the claim turn busy is
+// an empty claim, not a failed one (no error, nothing learnt by the claim
+// policy), and only claims after an empty one are polls.
+func TestSkippedPollIsAnEmptyClaim(t *testing.T) {
+	db := &busyTurnDialect{}
+	e, err := New(db, toDest{}, map[string]destination.Destination{"d": acceptAll{}}, Options{BatchSize: 10, InflightBatches: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, full, err := e.runBatch(context.Background(), e.log, true)
+	if n != 0 || full || err != nil {
+		t.Fatalf("skipped poll: runBatch = %d, %v, %v; want an empty claim without error", n, full, err)
+	}
+	if db.polls != 1 || db.claims != 0 {
+		t.Fatalf("a skipped poll led to %d polls and %d claims, want 1 and 0 (no full scan after it)", db.polls, db.claims)
+	}
+	// Not a poll: the windowed claim, then (it was empty and nothing is in
+	// flight) the policy's unbounded one.
+	if _, _, err := e.runBatch(context.Background(), e.log, false); err != nil {
+		t.Fatal(err)
+	}
+	if db.polls != 1 || db.claims != 2 {
+		t.Fatalf("%d polls and %d claims reached the dialect, want 1 and 2", db.polls, db.claims)
+	}
+	if e.policy.claimLimit() != 10 || !e.policy.wakeSiblings() {
+		t.Fatal("a skipped poll changed the claim policy")
 	}
 }

@@ -186,7 +186,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 	empty := 0 // consecutive claims that found nothing
 	for ctx.Err() == nil {
 		wake := e.wakeChan()
-		n, full, err := e.runBatch(ctx, log)
+		n, full, err := e.runBatch(ctx, log, empty > 0)
 		switch {
 		case err != nil:
 			empty++
@@ -259,7 +259,10 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
 
 // runBatch claims one batch and carries it to the end. It returns the
 // number of rows claimed, and whether the claim took as many as it asked for.
-func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (n int, full bool, err error) {
+// poll marks a claim after an empty one that nothing woke since
+// (dialect.ClaimParams.Poll): it skips, as an empty claim, when another
+// relay's claim holds the table's claim turn.
+func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, poll bool) (n int, full bool, err error) {
 	// The claims of one engine take turns (claimPolicy.turn); shutdown
 	// ends the wait.
 	if !e.policy.takeTurn(ctx.Done()) {
@@ -273,9 +276,12 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger) (n int, full bo
 	// window like any other.
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
 	siblings, limit := e.policy.inflight.Load(), e.policy.claimLimit()
-	msgs, err := e.claim(claimCtx, token, limit)
+	msgs, err := e.claim(claimCtx, token, limit, poll)
 	cancel()
 	e.policy.releaseTurn()
+	if errors.Is(err, dialect.ErrClaimTurnBusy) {
+		return 0, false, nil // a skipped poll: it ran nothing and teaches nothing
+	}
 	if err == nil {
 		e.policy.claimed(len(msgs), limit, siblings)
 	}

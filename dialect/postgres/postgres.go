@@ -39,7 +39,8 @@ type Dialect struct {
 	claims *claimShapes
 	// turnSQL takes the table's claim turn (WithTableClaimTurns); empty
 	// when claims do not take turns across relays.
-	turnSQL string
+	turnSQL    string
+	tryTurnSQL string // the same, without waiting (dialect.ClaimParams.Poll)
 }
 
 // Option changes how New renders the SQL.
@@ -93,7 +94,8 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 			return nil, err
 		}
 		if !o.replicaTurns {
-			d.turnSQL = claimTurnSQL(m)
+			d.turnSQL = claimTurnSQL(m, "pg_advisory_xact_lock")
+			d.tryTurnSQL = claimTurnSQL(m, "pg_try_advisory_xact_lock")
 		}
 	}
 	return d, nil
@@ -194,6 +196,9 @@ func compareMessages(a, b outbox.Message) int {
 // statement takes its snapshot after the turn is granted, so it sees the
 // rows the last claim took.
 func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
+	if p.Poll && d.turnSQL != "" {
+		return d.pollClaim(ctx, query, p)
+	}
 	b := &pgx.Batch{}
 	if d.turnSQL != "" {
 		b.Queue(d.turnSQL)
@@ -220,16 +225,50 @@ func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams
 	return msgs, nil
 }
 
+// pollClaim is claim for a poll (dialect.ClaimParams.Poll): it tries the
+// table's claim turn and returns no rows when another claim holds it. The
+// try needs its answer before the claim is sent, so this takes a
+// transaction of its own (four round trips instead of one; polls are the
+// idle path). When another claim holds the turn it returns
+// dialect.ErrClaimTurnBusy.
+func (d *Dialect) pollClaim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var free bool
+	if err := tx.QueryRow(ctx, d.tryTurnSQL).Scan(&free); err != nil {
+		return nil, interpretError("claim turn", err)
+	}
+	if !free {
+		return nil, dialect.ErrClaimTurnBusy
+	}
+	rows, err := tx.Query(ctx, query, p.Token, micros(p.Lease))
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	msgs, err := scanMessages(rows, p.Limit)
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	return msgs, nil
+}
+
 // claimTurnSpace is the high half of the claim turn's advisory lock key;
 // the low half is the table's oid, so each table (whatever the search_path
 // that names it) has its own turn.
 const claimTurnSpace = 0x71627475 // "qbtu"
 
-// claimTurnSQL takes the claim turn of m's table: a transaction-scoped
-// advisory lock on claimTurnSpace << 32 | the table's oid.
-func claimTurnSQL(m dialect.Mapping) string {
-	return fmt.Sprintf("SELECT pg_advisory_xact_lock(%d::bigint << 32 | %s::regclass::oid::bigint)",
-		claimTurnSpace, quoteLiteral(m.Table(QuoteIdent)))
+// claimTurnSQL takes (fn pg_advisory_xact_lock) or tries
+// (pg_try_advisory_xact_lock) the claim turn of m's table: a
+// transaction-scoped advisory lock on claimTurnSpace << 32 | the table's oid.
+func claimTurnSQL(m dialect.Mapping, fn string) string {
+	return fmt.Sprintf("SELECT %s(%d::bigint << 32 | %s::regclass::oid::bigint)",
+		fn, claimTurnSpace, quoteLiteral(m.Table(QuoteIdent)))
 }
 
 // Renew implements dialect.Dialect.

@@ -481,6 +481,13 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A poll does not queue behind the holder: it reports the turn busy at
+	// once and claims nothing.
+	polled, err := turns.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000a0", Limit: 10, Lease: time.Minute, Poll: true})
+	if !errors.Is(err, dialect.ErrClaimTurnBusy) || len(polled) != 0 {
+		t.Fatalf("poll while the turn is held: %d rows, %v; want dialect.ErrClaimTurnBusy", len(polled), err)
+	}
+
 	type result struct {
 		msgs []outbox.Message
 		err  error
@@ -537,5 +544,21 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	}
 	if held != 0 {
 		t.Fatalf("%d advisory locks held after the claims: the turn outlived its claim", held)
+	}
+
+	// With the turn free, a poll is an ordinary claim, and releases the
+	// turn with it.
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	polled, err = turns.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000a3", Limit: 10, Lease: time.Minute, Poll: true})
+	if err != nil || len(polled) != 1 {
+		t.Fatalf("poll with the turn free: %d rows, %v; want the new row", len(polled), err)
+	}
+	if err := pg.Pool.QueryRow(ctx, turnLocks, claimTurnSpace).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("%d advisory locks held after a poll: the turn outlived its claim", held)
 	}
 }
