@@ -212,12 +212,18 @@ func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams
 		}
 	}
 	rows, err := br.Query()
+	return claimedRows(rows, err, p.Limit, br.Close) // Close: the implicit transaction's commit
+}
+
+// claimedRows reads the rows of a claim statement, then commits the claim's
+// transaction with commit; any error is the claim's.
+func claimedRows(rows pgx.Rows, err error, limit int, commit func() error) ([]outbox.Message, error) {
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}
-	msgs, err := scanMessages(rows, p.Limit)
+	msgs, err := scanMessages(rows, limit)
 	if err == nil {
-		err = br.Close() // the implicit transaction's commit
+		err = commit()
 	}
 	if err != nil {
 		return nil, interpretError("claim", err)
@@ -245,17 +251,7 @@ func (d *Dialect) pollClaim(ctx context.Context, query string, p dialect.ClaimPa
 		return nil, dialect.ErrClaimTurnBusy
 	}
 	rows, err := tx.Query(ctx, query, p.Token, micros(p.Lease))
-	if err != nil {
-		return nil, interpretError("claim", err)
-	}
-	msgs, err := scanMessages(rows, p.Limit)
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
-	if err != nil {
-		return nil, interpretError("claim", err)
-	}
-	return msgs, nil
+	return claimedRows(rows, err, p.Limit, func() error { return tx.Commit(ctx) })
 }
 
 // claimTurnSpace is the high half of the claim turn's advisory lock key;
