@@ -82,6 +82,8 @@ idle cost of a replica.`,
 	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "HTTP requests in flight (relay.concurrency and the bare loop)")
 	f.IntVar(&o.Inflight, "inflight-batches", 0, "relay.inflightBatches of the relay replicas (default: the relay's default, 2)")
 	f.StringVar(&o.ClaimMode, "claim-mode", "", "relay.claimMode of the relay replicas: lease (the default on the bundled table) or lock")
+	f.StringVar(&o.ClaimTurns, "claim-turns", "", "relay.claimTurns of the relay replicas: table or replica (default: the relay's default, table)")
+	f.IntVar(&o.MaxProcs, "replica-gomaxprocs", 0, "GOMAXPROCS of the relay replica processes (default: Go's, one per CPU); see docs/operations.md on replicas sharing a small host")
 	f.StringVar(&o.SyncCommit, "synchronous-commit", "", "database.synchronousCommit of the relay replicas (default: the relay's default, off; the bare loop always uses the server's)")
 	f.IntVar(&o.Runs, "runs", o.Runs, "rounds per case (bare loop and relay each round); the report keeps the median ratio and shows the spread")
 	f.StringVar(&replicas, "replicas", "1,3", "relay process counts to run, comma-separated")

@@ -38,6 +38,8 @@ type Options struct {
 	ClaimMode   string // relay.claimMode of the relay replicas: lease (default) or lock
 	Inflight    int    // relay.inflightBatches of the replicas; 0 = the relay's default
 	SyncCommit  string // database.synchronousCommit of the relay replicas; "" = the relay's default (off)
+	ClaimTurns  string // relay.claimTurns of the relay replicas; "" = the relay's default (table)
+	MaxProcs    int    // GOMAXPROCS of the relay replica processes; 0 = Go's default (one per CPU)
 	Replicas    []int  // relay processes per drain ({1, 3})
 	Runs        int    // rounds per case; the report keeps the medians (1)
 	Cases       []string
@@ -474,8 +476,8 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	if err := s.insert(ctx, topic, o.Rows, keysOf(o, keyed), o.PayloadSize); err != nil {
 		return fail(err)
 	}
-	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, ClaimMode: o.ClaimMode, Inflight: o.Inflight, SyncCommit: o.SyncCommit, Dest: dest,
-		NATSURL: w.natsURL, Subject: topic, HookURL: w.hookURL + "/hooks/{{ topic }}"}
+	cfg := o.replicaConfig(s.url)
+	cfg.Dest, cfg.NATSURL, cfg.Subject, cfg.HookURL = dest, w.natsURL, topic, w.hookURL+"/hooks/{{ topic }}"
 	if prof.path != "" {
 		if cfg.Listen, err = freeAddr(); err != nil {
 			return fail(err)

@@ -2,13 +2,16 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/internal/testenv"
 )
 
@@ -94,6 +97,44 @@ func TestReplicaConfigsListenOnce(t *testing.T) {
 		if has != (i == 0) {
 			t.Errorf("replica %d: listens on the management address = %v, want %v:\n%s", i, has, i == 0, b)
 		}
+	}
+}
+
+// TestRelayConfigCarriesKnobs: the config written for the replicas is one
+// the relay accepts, and it carries every relay setting the bench varies
+// (--claim-mode, --claim-turns, --inflight-batches, --synchronous-commit).
+func TestRelayConfigCarriesKnobs(t *testing.T) {
+	rc := relayConfig{DatabaseURL: "postgres://postgres@127.0.0.1:5432/x", BatchSize: 1000, Concurrency: 8,
+		Dest: "nats", NATSURL: "nats://127.0.0.1:4222", Subject: "bench.t",
+		ClaimMode: "lease", ClaimTurns: "replica", Inflight: 3, SyncCommit: "on"}
+	cfg, err := config.Parse([]byte(rc.yaml()), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("the bench's relay config does not parse: %v\n%s", err, rc.yaml())
+	}
+	got := []string{cfg.Relay.ClaimMode, cfg.Relay.ClaimTurns, fmt.Sprint(cfg.Relay.InflightBatches),
+		cfg.Database.SynchronousCommit, fmt.Sprint(cfg.Relay.BatchSize)}
+	want := []string{"lease", "replica", "3", "on", "1000"}
+	if !slices.Equal(got, want) {
+		t.Errorf("relay config carries %q, want %q", got, want)
+	}
+	rc.ClaimTurns, rc.ClaimMode, rc.Inflight, rc.SyncCommit = "", "", 0, ""
+	if cfg, err = config.Parse([]byte(rc.yaml()), func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Relay.ClaimTurns != "table" {
+		t.Errorf("without --claim-turns: claimTurns %q, want the relay's default, table", cfg.Relay.ClaimTurns)
+	}
+}
+
+// TestReplicaGOMAXPROCS: --replica-gomaxprocs reaches the replica
+// processes' environment, and without it they inherit the bench's.
+func TestReplicaGOMAXPROCS(t *testing.T) {
+	cmd := replicaCommand("queuebox", "c.yaml", relayConfig{MaxProcs: 1})
+	if !slices.Contains(cmd.Env, "GOMAXPROCS=1") {
+		t.Errorf("MaxProcs 1: the replica's environment has no GOMAXPROCS=1: %q", cmd.Env)
+	}
+	if cmd := replicaCommand("queuebox", "c.yaml", relayConfig{}); cmd.Env != nil {
+		t.Errorf("MaxProcs 0: the replica's environment is set (%d entries), want the bench's", len(cmd.Env))
 	}
 }
 

@@ -51,8 +51,8 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 		return fail(err)
 	}
 
-	cfg := relayConfig{DatabaseURL: s.url, BatchSize: o.BatchSize, Concurrency: o.Concurrency, Dest: "nats",
-		NATSURL: w.natsURL, Subject: topic, Stream: st.CachedInfo().Config.Name}
+	cfg := o.replicaConfig(s.url)
+	cfg.Dest, cfg.NATSURL, cfg.Subject, cfg.Stream = "nats", w.natsURL, topic, st.CachedInfo().Config.Name
 	if wake {
 		cfg.Notify = "qbb_" + randomHex(4)
 	}

@@ -45,7 +45,20 @@ type relayConfig struct {
 	ClaimMode    string // relay.claimMode; "" = auto (lease on the bundled table)
 	Inflight     int    // relay.inflightBatches; 0 = the relay's default
 	SyncCommit   string // database.synchronousCommit; "" = the relay's default
-	Listen       string // server.listen with server.pprof on; "" = no management server
+	ClaimTurns   string // relay.claimTurns; "" = the relay's default
+	// MaxProcs is GOMAXPROCS of the replica processes (not part of the
+	// config file); 0 leaves Go's default, one per CPU.
+	MaxProcs int
+	Listen   string // server.listen with server.pprof on; "" = no management server
+}
+
+// replicaConfig is the relay configuration every drain and the latency
+// case start from: the database, and the relay settings the bench's flags
+// vary. The caller adds the destination.
+func (o Options) replicaConfig(databaseURL string) relayConfig {
+	return relayConfig{DatabaseURL: databaseURL, BatchSize: o.BatchSize, Concurrency: o.Concurrency,
+		ClaimMode: o.ClaimMode, ClaimTurns: o.ClaimTurns, Inflight: o.Inflight, SyncCommit: o.SyncCommit,
+		MaxProcs: o.MaxProcs}
 }
 
 func (c relayConfig) yaml() string {
@@ -60,6 +73,9 @@ func (c relayConfig) yaml() string {
 	}
 	if c.Inflight > 0 {
 		fmt.Fprintf(&b, "  inflightBatches: %d\n", c.Inflight)
+	}
+	if c.ClaimTurns != "" {
+		fmt.Fprintf(&b, "  claimTurns: %s\n", c.ClaimTurns)
 	}
 	if c.Notify != "" {
 		fmt.Fprintf(&b, "  notify: {channel: %q, createTrigger: true}\n", c.Notify)
@@ -119,6 +135,16 @@ func replicaConfigs(dir string, cfg relayConfig, n int) ([]string, error) {
 	return paths, nil
 }
 
+// replicaCommand is the `queuebox run` of one replica, with GOMAXPROCS set
+// when cfg.MaxProcs is.
+func replicaCommand(binary, path string, cfg relayConfig) *exec.Cmd {
+	cmd := exec.Command(binary, "run", "--config", path)
+	if cfg.MaxProcs > 0 {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(cfg.MaxProcs))
+	}
+	return cmd
+}
+
 // startReplicas writes the config and starts n `queuebox run` processes.
 func startReplicas(ctx context.Context, binary, dir string, cfg relayConfig, n int) ([]*replica, error) {
 	paths, err := replicaConfigs(dir, cfg, n)
@@ -128,7 +154,7 @@ func startReplicas(ctx context.Context, binary, dir string, cfg relayConfig, n i
 	var reps []*replica
 	for _, path := range paths {
 		r := &replica{started: make(chan struct{}), exited: make(chan struct{})}
-		r.cmd = exec.Command(binary, "run", "--config", path)
+		r.cmd = replicaCommand(binary, path, cfg)
 		stderr, err := r.cmd.StderrPipe()
 		if err != nil {
 			stopReplicas(reps)
