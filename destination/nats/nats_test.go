@@ -193,6 +193,47 @@ func TestNoStreamIsRetryable(t *testing.T) {
 	}
 }
 
+// TestMixedOutcomesInOneBatch: every message of a batch gets its own
+// outcome when acks and errors interleave. One message in eight goes to a
+// subject no stream covers (an error, after the client's retries), the
+// others to a stream (an ack), with a window smaller than the batch so that
+// the publish loop waits for the collector to free slots.
+func TestMixedOutcomesInOneBatch(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	base := testenv.UniqueName("qbt")
+	_, s := testenv.NATSStream(t, url, base+".ok")
+	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: base + ".{{ topic }}", MaxPending: 16})
+	ctx := testenv.Context(t, 20*time.Second)
+
+	const n = 64
+	msgs := make([]outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = msg("ok")
+		if i%8 == 7 {
+			msgs[i] = msg("nostream")
+		}
+	}
+	err := d.Publish(ctx, msgs)
+	want := 0
+	for i := range msgs {
+		e := destination.ErrorAt(err, i)
+		if i%8 == 7 {
+			if !errors.Is(e, jetstream.ErrNoStreamResponse) {
+				t.Fatalf("message %d (no stream): want ErrNoStreamResponse, got %v", i, e)
+			}
+			continue
+		}
+		want++
+		if e != nil {
+			t.Fatalf("message %d (stream): %v", i, e)
+		}
+	}
+	if info, _ := s.Info(ctx); info == nil || info.State.Msgs != uint64(want) {
+		t.Fatalf("stream info %+v: want exactly the %d messages of the stream's subject", info, want)
+	}
+}
+
 func TestMaxPayloadIsPermanent(t *testing.T) {
 	t.Parallel()
 	url := testenv.NATSURL(t)
