@@ -102,11 +102,16 @@ func TestReplicaConfigsListenOnce(t *testing.T) {
 
 // TestRelayConfigCarriesKnobs: the config written for the replicas is one
 // the relay accepts, and it carries every relay setting the bench varies
-// (--claim-mode, --claim-turns, --inflight-batches, --synchronous-commit).
+// (--claim-mode, --claim-turns, --inflight-batches, --synchronous-commit,
+// --replica-gomaxprocs), from the options to the file.
 func TestRelayConfigCarriesKnobs(t *testing.T) {
-	rc := relayConfig{DatabaseURL: "postgres://postgres@127.0.0.1:5432/x", BatchSize: 1000, Concurrency: 8,
-		Dest: "nats", NATSURL: "nats://127.0.0.1:4222", Subject: "bench.t",
-		ClaimMode: "lease", ClaimTurns: "replica", Inflight: 3, SyncCommit: "on"}
+	o := Options{BatchSize: 1000, Concurrency: 8, ClaimMode: "lease", ClaimTurns: "replica", Inflight: 3,
+		SyncCommit: "on", MaxProcs: 1}
+	rc := o.replicaConfig("postgres://postgres@127.0.0.1:5432/x")
+	rc.Dest, rc.NATSURL, rc.Subject = "nats", "nats://127.0.0.1:4222", "bench.t"
+	if rc.MaxProcs != 1 {
+		t.Errorf("--replica-gomaxprocs 1 did not reach the replicas' settings: MaxProcs %d", rc.MaxProcs)
+	}
 	cfg, err := config.Parse([]byte(rc.yaml()), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("the bench's relay config does not parse: %v\n%s", err, rc.yaml())
