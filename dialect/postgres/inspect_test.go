@@ -45,11 +45,8 @@ func TestTopicRegexpMatchesRouter(t *testing.T) {
 func TestRetentionOnPostgres(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 60*time.Second)
-	d, err := New(pg.Pool, dialect.DefaultMapping())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = pg.Pool.Exec(ctx, `
+	d := newDialect(t, pg.Pool)
+	_, err := pg.Pool.Exec(ctx, `
 		INSERT INTO outbox (topic, payload, state, scheduled_at, updated_at)
 		SELECT 't', '{}', s.state, now() - interval '3 days', now() - interval '2 days'
 		FROM (SELECT CASE WHEN g <= 2500 THEN 'sent' WHEN g <= 2510 THEN 'pending' WHEN g <= 2520 THEN 'processing' ELSE 'dead' END AS state

@@ -19,13 +19,20 @@ import (
 	"github.com/queuebox/queuebox/outbox"
 )
 
+// newDialect is New on the bundled table's mapping; a failure ends the test.
+func newDialect(t *testing.T, pool *pgxpool.Pool, opts ...Option) *Dialect {
+	t.Helper()
+	d, err := New(pool, dialect.DefaultMapping(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 func TestConformance(t *testing.T) {
 	dialecttest.Run(t, func(t *testing.T) dialecttest.Harness {
 		pg := testenv.Postgres(t)
-		d, err := New(pg.Pool, dialect.DefaultMapping())
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := newDialect(t, pg.Pool)
 		return &harness{pool: pg.Pool, d: d}
 	})
 }
@@ -306,11 +313,8 @@ func TestInterpretError(t *testing.T) {
 func TestBadIDIsPermanent(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 30*time.Second)
-	d, err := New(pg.Pool, dialect.DefaultMapping())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = d.Dead(ctx, dialect.DeadParams{Token: "6f1c1a5e-0000-4000-8000-000000000001", Items: []dialect.DeadItem{{ID: "not-a-uuid"}}})
+	d := newDialect(t, pg.Pool)
+	_, err := d.Dead(ctx, dialect.DeadParams{Token: "6f1c1a5e-0000-4000-8000-000000000001", Items: []dialect.DeadItem{{ID: "not-a-uuid"}}})
 	if err == nil {
 		t.Fatal("dead with a malformed id succeeded")
 	}
@@ -325,11 +329,8 @@ func TestBadIDIsPermanent(t *testing.T) {
 func TestClaimPlanUsesIndexes(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 60*time.Second)
-	d, err := New(pg.Pool, dialect.DefaultMapping())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = pg.Pool.Exec(ctx, `
+	d := newDialect(t, pg.Pool)
+	_, err := pg.Pool.Exec(ctx, `
 		INSERT INTO outbox (topic, key, payload, state)
 		SELECT 'load.' || (g % 10), CASE WHEN g % 5 = 0 THEN NULL ELSE 'k' || (g % 200) END,
 		       jsonb_build_object('g', g), CASE WHEN g <= 18000 THEN 'sent' ELSE 'pending' END
@@ -456,14 +457,8 @@ func TestClaimShapes(t *testing.T) {
 func TestClaimsTakeTableTurns(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 30*time.Second)
-	turns, err := New(pg.Pool, dialect.DefaultMapping())
-	if err != nil {
-		t.Fatal(err)
-	}
-	free, err := New(pg.Pool, dialect.DefaultMapping(), WithTableClaimTurns(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	turns := newDialect(t, pg.Pool)
+	free := newDialect(t, pg.Pool, WithTableClaimTurns(false))
 	if turns.turnSQL == "" || free.turnSQL != "" {
 		t.Fatalf("turn SQL %q by default and %q with WithTableClaimTurns(false)", turns.turnSQL, free.turnSQL)
 	}
