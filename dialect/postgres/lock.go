@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -155,63 +154,6 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 	})
 	ok = true
 	return msgs, nil
-}
-
-// scanMessages reads claimed rows (the column order of claim.sql and
-// lock/claim.sql) and returns them in (sequence, id) order: RETURNING
-// follows the UPDATE's join order, not the CTE's ORDER BY.
-//
-// Every column is scanned as nullable: the rows are already claimed, so a
-// value that cannot be read must make its row Malformed (dead with the
-// reason), not fail the claim and leave the whole batch processing until
-// its lease expires, claim after claim. Adopted tables may allow NULLs the
-// bundled table does not.
-func scanMessages(rows pgx.Rows, limit int) ([]outbox.Message, error) {
-	defer rows.Close()
-	msgs := make([]outbox.Message, 0, limit)
-	for rows.Next() {
-		var (
-			m                         outbox.Message
-			topic, key, aggregateType *string
-			payload, headers          []byte
-			attempt, maxAttempts      *int64
-			createdAt, scheduledAt    *time.Time
-		)
-		if err := rows.Scan(&m.ID, &topic, &key, &payload, &headers, &aggregateType,
-			&attempt, &maxAttempts, &m.Sequence, &createdAt, &scheduledAt); err != nil {
-			return nil, err
-		}
-		m.Topic = deref(topic)
-		m.Key = deref(key)
-		m.AggregateType = deref(aggregateType)
-		m.Attempt = int(deref(attempt))
-		m.MaxAttempts = int(deref(maxAttempts))
-		m.CreatedAt = deref(createdAt)
-		m.ScheduledAt = deref(scheduledAt)
-		m.Payload = payload
-		m.Headers, m.Malformed = dialect.DecodeHeaders(headers)
-		switch {
-		case m.Topic == "":
-			m.Malformed = errors.New("malformed row: the topic is NULL or empty")
-		case payload == nil:
-			m.Malformed = errors.New("malformed row: the payload is NULL")
-		}
-		msgs = append(msgs, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(msgs, compareMessages)
-	return msgs, nil
-}
-
-// deref returns *p, or the zero value for nil.
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // fail records the batch's first failure and rolls its transaction back
