@@ -377,17 +377,26 @@ func (d *Destination) collect(b *batch, pending <-chan pendingAck) {
 
 func (d *Destination) natsMsg(subj string, m *outbox.Message) *nats.Msg {
 	h := make(nats.Header, len(m.Headers)+4)
+	// Every header has one value: they share one backing array, one
+	// allocation instead of one per header (each value is a full slice
+	// expression, so that an append by a reader cannot spill into the next).
+	vals := make([]string, 0, len(m.Headers)+4)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		n := len(vals)
+		h[k] = vals[n-1 : n : n]
+	}
 	for k, v := range m.Headers {
 		if reserved(k) {
 			continue
 		}
-		h[k] = []string{v}
+		set(k, v)
 	}
-	h[HeaderMsgID] = []string{m.ID}
-	h[HeaderTopic] = []string{m.Topic}
-	h[HeaderAttempt] = []string{strconv.Itoa(m.Attempt)}
+	set(HeaderMsgID, m.ID)
+	set(HeaderTopic, m.Topic)
+	set(HeaderAttempt, strconv.Itoa(m.Attempt))
 	if m.Key != "" {
-		h[HeaderMessageKey] = []string{m.Key}
+		set(HeaderMessageKey, m.Key)
 	}
 	return &nats.Msg{Subject: subj, Header: h, Data: m.Payload}
 }
