@@ -412,8 +412,10 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 	for j, i := range idx {
 		errs[j] = destination.ErrorAt(err, j)
 		outcomes[i].err = errs[j]
-		if errs[j] == nil {
-			e.obs.Acked(name, now.Sub(outcomes[i].msg.CreatedAt))
+		// A row without a created_at value (NULL or infinite on an
+		// adopted table: the zero time) has no latency to report.
+		if created := outcomes[i].msg.CreatedAt; errs[j] == nil && !created.IsZero() {
+			e.obs.Acked(name, now.Sub(created))
 		}
 	}
 	if ctx.Err() != nil && err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -243,5 +244,61 @@ func TestFailuresRetryThenDie(t *testing.T) {
 	}
 	if c := calls.Load(); c != 15 {
 		t.Fatalf("receiver saw %d requests, want 5 rows x 3 attempts = 15", c)
+	}
+}
+
+// ackRecorder is a relay.Observer that remembers the commit-to-ack
+// durations it is given.
+type ackRecorder struct {
+	relay.NopObserver
+	mu   sync.Mutex
+	acks []time.Duration
+}
+
+func (r *ackRecorder) Acked(_ string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks = append(r.acks, d)
+}
+
+func (r *ackRecorder) observed() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Duration(nil), r.acks...)
+}
+
+// TestRowWithoutCreatedAtIsDeliveredNotTimed: a row whose created_at is
+// NULL (an adopted table) is delivered, but gives the commit-to-ack
+// histogram no observation: measured from the zero time it would read
+// two thousand years.
+func TestRowWithoutCreatedAtIsDeliveredNotTimed(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := pg.Pool.Exec(ctx, `ALTER TABLE outbox ALTER COLUMN created_at DROP NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, created_at)
+		VALUES ('hook.timed', 'k1', '{}', now()), ('hook.untimed', 'k2', '{}', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var received atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	obs := &ackRecorder{}
+	startEngine(t, pg, srv.URL, nil, relay.Options{PollInterval: 10 * time.Millisecond,
+		MaxPollInterval: 50 * time.Millisecond, Observer: obs})
+	for summary(t, pg.Pool)["sent"].n < 2 {
+		if ctx.Err() != nil {
+			t.Fatalf("rows not sent: %+v", summary(t, pg.Pool))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	acks := obs.observed()
+	if received.Load() != 2 || len(acks) != 1 || acks[0] < 0 || acks[0] > time.Minute {
+		t.Fatalf("received %d, observed %v: want 2 received and one observation under a minute", received.Load(), acks)
 	}
 }

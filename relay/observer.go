@@ -12,7 +12,8 @@ type Observer interface {
 	// Published reports one Publish call to a destination.
 	Published(dest string, rows int, d time.Duration, err error)
 	// Acked reports one row accepted by a destination, with the time from
-	// the row's created_at to the acknowledgement.
+	// the row's created_at to the acknowledgement; rows without a
+	// created_at value are not reported.
 	Acked(dest string, sinceCreated time.Duration)
 	// Settled reports rows settled with an outcome (dest is empty for
 	// released rows).
