@@ -55,12 +55,14 @@ exits 0.`,
 // every thousand rows, and was a fifth of the relay's CPU in a profile of
 // the NATS drain. At 400 the relay spends 15–25 % less CPU per row, which
 // on a host it shares with the database is throughput, for ~12 MiB more
-// resident memory (docs/performance.md, lesson 16). GOGC and GOMEMLIMIT in
-// the environment override it, as for any Go program.
+// resident memory (docs/performance.md, lesson 16). GOGC in the
+// environment overrides it, as for any Go program; GOMEMLIMIT caps the
+// heap on top of it.
 const defaultGCPercent = 400
 
-// setGCPercent applies defaultGCPercent unless GOGC is set, and returns the
-// GOGC in force ("off" or a number, as the variable spells it).
+// setGCPercent applies defaultGCPercent unless GOGC is set, and returns
+// defaultGCPercent or the environment's value as spelled (the runtime has
+// read it: "off", a number, or anything else, which it takes as 100).
 func setGCPercent(lookupEnv func(string) (string, bool)) string {
 	if v, ok := lookupEnv("GOGC"); ok && v != "" {
 		return v
