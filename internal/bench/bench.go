@@ -131,16 +131,19 @@ type Machine struct {
 // Drain is one case: a destination, keyed or not, the bare loop and the
 // relay at each replica count.
 type Drain struct {
-	Case     string     `json:"case"`
-	Dest     string     `json:"destination"`
-	Keyed    bool       `json:"keyed"`
-	Rows     int        `json:"rows"`
-	Runs     int        `json:"runs"` // rounds; the figures are their medians
-	Bare     float64    `json:"bareRowsPerSec"`
-	BareDB   float64    `json:"bareDatabaseCpuSecondsPer10kRows,omitempty"`
-	Relay    []RelayRun `json:"relay"`
-	BareErr  string     `json:"bareError,omitempty"`
-	Warnings []string   `json:"warnings,omitempty"`
+	Case   string  `json:"case"`
+	Dest   string  `json:"destination"`
+	Keyed  bool    `json:"keyed"`
+	Rows   int     `json:"rows"`
+	Runs   int     `json:"runs"` // rounds; the figures are their medians
+	Bare   float64 `json:"bareRowsPerSec"`
+	BareDB float64 `json:"bareDatabaseCpuSecondsPer10kRows,omitempty"`
+	// BareSteal is the CPU steal (% of the machine's CPU time taken by
+	// the hypervisor) during the median bare loop; 0 on bare metal.
+	BareSteal float64    `json:"bareStealPercent"`
+	Relay     []RelayRun `json:"relay"`
+	BareErr   string     `json:"bareError,omitempty"`
+	Warnings  []string   `json:"warnings,omitempty"`
 }
 
 // RelayRun is the relay with Replicas processes on one case.
@@ -152,6 +155,7 @@ type RelayRun struct {
 	RatioMax      float64 `json:"ratioMax,omitempty"`
 	CPUPer10k     float64 `json:"cpuSecondsPer10kRows"`
 	DBCPUPer10k   float64 `json:"databaseCpuSecondsPer10kRows,omitempty"` // local PostgreSQL only
+	StealPct      float64 `json:"stealPercent"`                           // CPU steal during the drain (Drain.BareSteal)
 	PeakRSSMiB    float64 `json:"peakRssMiB"`                             // the largest replica's VmHWM
 	IdleQPS       float64 `json:"idleQueriesPerSecPerReplica"`
 	IdleCPU       float64 `json:"idleCpuPercentPerReplica"`
@@ -320,24 +324,29 @@ func machine(ctx context.Context, w *world) Machine {
 // topicFor returns a fresh topic (= NATS subject) for one run.
 func topicFor() string { return "qbb." + randomHex(6) }
 
-func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool) (rowsPerSec, dbPer10k float64, err error) {
+// bareRun is one run of the bare loop.
+type bareRun struct {
+	rowsPerSec, dbPer10k, steal float64
+}
+
+func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool) (bareRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	s, err := w.newSchema(ctx)
 	if err != nil {
-		return 0, 0, err
+		return bareRun{}, err
 	}
 	defer s.close()
 	topic := topicFor()
 	if err := s.insert(ctx, topic, o.Rows, keysOf(o, keyed), o.PayloadSize); err != nil {
-		return 0, 0, err
+		return bareRun{}, err
 	}
 	var publish publishFunc
 	switch dest {
 	case "nats":
 		st, err := w.stream(ctx, topic)
 		if err != nil {
-			return 0, 0, err
+			return bareRun{}, err
 		}
 		defer func() { _ = w.js.DeleteStream(context.WithoutCancel(ctx), st.CachedInfo().Config.Name) }()
 		publish = barePublishNATS(w.js, topic)
@@ -350,35 +359,36 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 		r := newReceipts(o.Rows)
 		sink, err := w.amqp.sink(ctx, topic, r)
 		if err != nil {
-			return 0, 0, err
+			return bareRun{}, err
 		}
 		defer sink.close()
 		ch, err := w.amqp.confirmChannel()
 		if err != nil {
-			return 0, 0, err
+			return bareRun{}, err
 		}
 		defer ch.Close()
 		publish = barePublishAMQP(ch, topic)
 	case "kafka":
 		sink, err := w.kafka.sink(ctx, topic, newReceipts(o.Rows))
 		if err != nil {
-			return 0, 0, err
+			return bareRun{}, err
 		}
 		defer sink.close()
 		kw := w.kafka.writer(topic, o.BatchSize)
 		defer kw.Close()
 		publish = barePublishKafka(kw)
 	}
-	start, db0 := time.Now(), databaseCPU()
+	start, db0, cpu0 := time.Now(), databaseCPU(), readCPUTimes()
 	n, err := bareLoop(ctx, s, keyed, o.BatchSize, publish)
-	elapsed, db := time.Since(start), databaseCPU()-db0
+	elapsed, db, cpu1 := time.Since(start), databaseCPU()-db0, readCPUTimes()
 	if err != nil {
-		return 0, 0, err
+		return bareRun{}, err
 	}
 	if n != o.Rows {
-		return 0, 0, fmt.Errorf("bare loop sent %d of %d rows", n, o.Rows)
+		return bareRun{}, fmt.Errorf("bare loop sent %d of %d rows", n, o.Rows)
 	}
-	return float64(n) / elapsed.Seconds(), db.Seconds() / float64(n) * 10_000, nil
+	return bareRun{rowsPerSec: float64(n) / elapsed.Seconds(), dbPer10k: db.Seconds() / float64(n) * 10_000,
+		steal: stealPercent(cpu0, cpu1)}, nil
 }
 
 // runDrain runs one case o.Runs times — the bare loop, then the relay at
@@ -387,7 +397,7 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 // round with the median ratio, with the lowest and highest ratio beside it.
 func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string, keyed bool) Drain {
 	d := Drain{Case: name, Dest: dest, Keyed: keyed, Rows: o.Rows, Runs: o.Runs}
-	var bares, bareDBs []float64
+	var bares []bareRun
 	runs := make([][]RelayRun, len(o.Replicas))
 	for round := 1; round <= o.Runs && ctx.Err() == nil; round++ {
 		if o.Runs > 1 {
@@ -395,14 +405,15 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 		} else {
 			o.say("== %s: %d rows, batch %d", name, o.Rows, o.BatchSize)
 		}
-		bare, bareDB, err := runBare(ctx, w, o, dest, keyed)
+		br, err := runBare(ctx, w, o, dest, keyed)
 		if err != nil {
 			d.BareErr = err.Error()
 			o.say("   bare loop failed: %v", err)
 			continue
 		}
-		bares, bareDBs = append(bares, bare), append(bareDBs, bareDB)
-		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k", bare, bareDB)
+		bare := br.rowsPerSec
+		bares = append(bares, br)
+		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k  steal %.0f%%", bare, br.dbPer10k, br.steal)
 		for i, n := range o.Replicas {
 			rr := runRelay(ctx, w, o, tmp, dest, keyed, n, profileSpec{
 				path: profilePath(o.ProfileDir, name, n), seconds: profileSeconds(o.Rows, bare)}, round == 1)
@@ -410,14 +421,19 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 			if rr.Error != "" {
 				o.say("   relay ×%d failed: %s", n, rr.Error)
 			} else {
-				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  rss %.0f MiB  idle %.1f q/s %.1f%% cpu",
-					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
+				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  steal %.0f%%  rss %.0f MiB  idle %.1f q/s %.1f%% cpu",
+					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.StealPct, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
+				if steal := max(rr.StealPct, br.steal); steal > stealWarnPercent {
+					d.Warnings = append(d.Warnings, fmt.Sprintf("round %d, relay ×%d: CPU steal %.0f%% (bare loop %.0f%%): the hypervisor took that share of the CPUs; read this ratio with care",
+						round, n, rr.StealPct, br.steal))
+				}
 			}
 			runs[i] = append(runs[i], rr)
 		}
 	}
 	if len(bares) > 0 {
-		d.Bare, d.BareDB = median(bares), median(bareDBs)
+		m := slices.SortedFunc(slices.Values(bares), func(a, b bareRun) int { return cmp.Compare(a.rowsPerSec, b.rowsPerSec) })[len(bares)/2]
+		d.Bare, d.BareDB, d.BareSteal = m.rowsPerSec, median(dbPer10k(bares)), m.steal
 	}
 	for i, n := range o.Replicas {
 		m := medianRun(runs[i], n)
@@ -445,6 +461,14 @@ func medianRun(runs []RelayRun, replicas int) RelayRun {
 	m := sorted[len(sorted)/2]
 	m.RatioMin, m.RatioMax = sorted[0].Ratio, sorted[len(sorted)-1].Ratio
 	return m
+}
+
+func dbPer10k(runs []bareRun) []float64 {
+	out := make([]float64, len(runs))
+	for i, r := range runs {
+		out[i] = r.dbPer10k
+	}
+	return out
 }
 
 // median returns the middle value of xs (the upper one of the two middle
@@ -533,7 +557,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		}
 	}
 	rr.StartupMillis = float64(start.Sub(spawn).Microseconds()) / 1000
-	before, db0 := procAll(reps), databaseCPU()
+	before, db0, cpu0 := procAll(reps), databaseCPU(), readCPUTimes()
 	profiled := make(chan error, 1)
 	if prof.path != "" {
 		go func() { profiled <- fetchProfile(ctx, cfg.Listen, prof) }()
@@ -551,6 +575,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		return fail(err)
 	}
 	after, db := procAll(reps), databaseCPU()-db0
+	rr.StealPct = stealPercent(cpu0, readCPUTimes())
 	rr.DBCPUPer10k = db.Seconds() / float64(o.Rows) * 10_000
 	rr.DrainSeconds = doneAt.Sub(start).Seconds()
 	rr.RowsPerSec = float64(o.Rows) / rr.DrainSeconds

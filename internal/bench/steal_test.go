@@ -1,0 +1,27 @@
+package bench
+
+import (
+	"math"
+	"testing"
+)
+
+func TestStealPercent(t *testing.T) {
+	a := parseCPUTimes("cpu  177938 0 49634 600663 2436 0 5709 5705 0 0")
+	b := parseCPUTimes("cpu  178938 0 50634 601163 2436 0 5709 6205 300 0")
+	// +1000 user, +1000 system, +500 idle, +500 steal; guest (300) is
+	// inside user already and must not count twice.
+	if got, want := stealPercent(a, b), 500.0/3000*100; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("steal %.4f%%, want %.4f%%", got, want)
+	}
+	if got := stealPercent(b, a); got != 0 {
+		t.Fatalf("steal over a backwards interval: %.2f%%, want 0", got)
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 3", "cpu 1 2 3 4 5 6 7 x"} {
+		if got := parseCPUTimes(bad); got != (cpuTimes{}) {
+			t.Fatalf("parseCPUTimes(%q) = %+v, want zero", bad, got)
+		}
+	}
+	if got := readCPUTimes(); got.total == 0 {
+		t.Fatalf("readCPUTimes on Linux read nothing: %+v", got)
+	}
+}
