@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,4 +113,48 @@ func claimAll(t *testing.T, ctx context.Context, pool *pgxpool.Pool, want int) [
 		t.Fatalf("claimed %d rows, want %d", len(msgs), want)
 	}
 	return msgs
+}
+
+// TestNullSequenceIsMalformedAndNoted: a row whose sequence is NULL has no
+// place in per-key order. A claim that reaches it (the unbounded one: the
+// window is counted in sequence numbers) returns it Malformed, to be
+// dead-lettered with the reason, instead of failing the whole claim after
+// its UPDATE committed; and the table check notes the nullable column with
+// the DDL that rules such rows out.
+func TestNullSequenceIsMalformedAndNoted(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pg.Pool.Exec(ctx, `ALTER TABLE outbox ALTER COLUMN sequence DROP NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := postgres.ResolveTable(ctx, pg.Pool, dialect.DefaultMapping(), postgres.ModeAuto, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noted := false
+	for _, n := range plan.Notes {
+		noted = noted || (strings.Contains(n, "sequence") && strings.Contains(n, "allows NULL") &&
+			strings.Contains(n, `ALTER COLUMN "sequence" SET NOT NULL`))
+	}
+	if !noted || len(plan.Problems) != 0 {
+		t.Fatalf("notes %q, problems %v: want a note on the nullable sequence and no problem", plan.Notes, plan.Problems)
+	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, sequence)
+		VALUES ('t.ok', 'k1', '{}', 1), ('t.noseq', 'k2', '{}', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	msgs := claimAll(t, ctx, pg.Pool, 2)
+	for _, m := range msgs {
+		switch m.Topic {
+		case "t.ok":
+			if m.Malformed != nil || m.Sequence != 1 {
+				t.Fatalf("healthy row: %+v", m)
+			}
+		case "t.noseq":
+			if m.Malformed == nil || !strings.Contains(m.Malformed.Error(), "sequence is NULL") {
+				t.Fatalf("row without a sequence: %+v, want Malformed naming the sequence", m)
+			}
+		}
+	}
 }

@@ -58,7 +58,10 @@ type TablePlan struct {
 	Advice   []dialect.SchemaProblem // not errors: DDL that would enable more
 }
 
-type catalogColumn struct{ dataType string }
+type catalogColumn struct {
+	dataType string
+	nullable bool
+}
 
 // ResolveTable reads the table's columns from the catalog and decides how
 // the relay uses it with mapping m and claim mode mode (auto, lease, lock):
@@ -81,7 +84,7 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		schemaExpr = "$2"
 		args = append(args, m.Schema())
 	}
-	rows, err := pool.Query(ctx, `SELECT column_name, data_type FROM information_schema.columns
+	rows, err := pool.Query(ctx, `SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns
 		WHERE table_name = $1 AND table_schema = `+schemaExpr, args...)
 	if err != nil {
 		return plan, interpretError("check schema", err)
@@ -89,11 +92,12 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 	cols := map[string]catalogColumn{}
 	for rows.Next() {
 		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
+		var nullable bool
+		if err := rows.Scan(&name, &typ, &nullable); err != nil {
 			rows.Close()
 			return plan, interpretError("check schema", err)
 		}
-		cols[name] = catalogColumn{typ}
+		cols[name] = catalogColumn{typ, nullable}
 	}
 	if err := rows.Err(); err != nil {
 		return plan, interpretError("check schema", err)
@@ -160,6 +164,18 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
 				What: fmt.Sprintf("column %s (%s) has type %s; want %s", phys, l, c.dataType, strings.Join(spec.types, " or ")),
 				Fix:  fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s;", table, QuoteIdent(phys), strings.Fields(spec.ddl)[0], QuoteIdent(phys), strings.Fields(spec.ddl)[0])})
+		}
+	}
+	// A NULL id or sequence is a row the relay cannot handle: it cannot be
+	// settled by id, and has no place in per-key order. A NULL sequence
+	// makes the row malformed (dead-lettered with the reason), a NULL id
+	// keeps it out of every batch (scanMessages); a note says how to rule
+	// them out, without refusing a table that has none.
+	for _, l := range []string{dialect.ColID, dialect.ColSequence} {
+		phys, _ := m.Column(l)
+		if c, ok := cols[phys]; ok && c.nullable {
+			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (%s) allows NULL; a row whose %s is NULL %s: ALTER TABLE %s ALTER COLUMN %s SET NOT NULL;",
+				phys, l, l, nullConsequence[l], table, QuoteIdent(phys)))
 		}
 	}
 	if len(absent) > 0 {
@@ -240,6 +256,12 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		}
 	}
 	return plan, nil
+}
+
+// nullConsequence is what happens to a row whose id or sequence is NULL.
+var nullConsequence = map[string]string{
+	dialect.ColID:       "is never delivered (lease mode never claims it; lock mode leaves it out of every batch)",
+	dialect.ColSequence: "is dead-lettered as malformed",
 }
 
 func defaultPhysical(logical string) string {

@@ -34,19 +34,28 @@ func scanMessages(rows pgx.Rows, limit int) ([]outbox.Message, error) {
 	defer rows.Close()
 	msgs := make([]outbox.Message, 0, limit)
 	var (
-		topic, key, aggregateType pgtype.Text
-		attempt, maxAttempts      pgtype.Int8
-		createdAt, scheduledAt    nullTime
+		id, topic, key, aggregateType pgtype.Text
+		attempt, maxAttempts, seq     pgtype.Int8
+		createdAt, scheduledAt        nullTime
 	)
 	for rows.Next() {
 		var (
 			m                outbox.Message
 			payload, headers []byte
 		)
-		if err := rows.Scan(&m.ID, &topic, &key, &payload, &headers, &aggregateType,
-			&attempt, &maxAttempts, &m.Sequence, &createdAt, &scheduledAt); err != nil {
+		if err := rows.Scan(&id, &topic, &key, &payload, &headers, &aggregateType,
+			&attempt, &maxAttempts, &seq, &createdAt, &scheduledAt); err != nil {
 			return nil, err
 		}
+		if !id.Valid {
+			// Nothing can settle a row without an id. Lease mode never
+			// claims one (its UPDATE joins on the id); lock mode leaves it
+			// out of the batch, still pending. ResolveTable's note names
+			// the fix.
+			continue
+		}
+		m.ID = id.String
+		m.Sequence = seq.Int64
 		m.Topic = topic.String // "" when NULL
 		m.Key = key.String
 		m.AggregateType = aggregateType.String
@@ -57,6 +66,8 @@ func scanMessages(rows pgx.Rows, limit int) ([]outbox.Message, error) {
 		m.Payload = payload
 		m.Headers, m.Malformed = dialect.DecodeHeaders(headers)
 		switch {
+		case !seq.Valid:
+			m.Malformed = errors.New("malformed row: the sequence is NULL; per-key order needs it")
 		case m.Topic == "":
 			m.Malformed = errors.New("malformed row: the topic is NULL or empty")
 		case payload == nil:
