@@ -24,11 +24,25 @@ import (
 	"github.com/queuebox/queuebox/router"
 )
 
-// recorder is a relay.Observer that remembers breaker transitions.
+// recorder is a relay.Observer that remembers breaker transitions and
+// commit-to-ack durations.
 type recorder struct {
 	relay.NopObserver
 	mu       sync.Mutex
 	breakers []relay.BreakerState
+	acks     []time.Duration
+}
+
+func (r *recorder) Acked(_ string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks = append(r.acks, d)
+}
+
+func (r *recorder) observedAcks() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Duration(nil), r.acks...)
 }
 
 func (r *recorder) BreakerChanged(_ string, to relay.BreakerState) {
@@ -247,26 +261,6 @@ func TestFailuresRetryThenDie(t *testing.T) {
 	}
 }
 
-// ackRecorder is a relay.Observer that remembers the commit-to-ack
-// durations it is given.
-type ackRecorder struct {
-	relay.NopObserver
-	mu   sync.Mutex
-	acks []time.Duration
-}
-
-func (r *ackRecorder) Acked(_ string, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.acks = append(r.acks, d)
-}
-
-func (r *ackRecorder) observed() []time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]time.Duration(nil), r.acks...)
-}
-
 // TestRowWithoutCreatedAtIsDeliveredNotTimed: a row whose created_at is
 // NULL (an adopted table) is delivered, but gives the commit-to-ack
 // histogram no observation: measured from the zero time it would read
@@ -288,7 +282,7 @@ func TestRowWithoutCreatedAtIsDeliveredNotTimed(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
-	obs := &ackRecorder{}
+	obs := &recorder{}
 	startEngine(t, pg, srv.URL, nil, relay.Options{PollInterval: 10 * time.Millisecond,
 		MaxPollInterval: 50 * time.Millisecond, Observer: obs})
 	for summary(t, pg.Pool)["sent"].n < 2 {
@@ -297,7 +291,7 @@ func TestRowWithoutCreatedAtIsDeliveredNotTimed(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	acks := obs.observed()
+	acks := obs.observedAcks()
 	if received.Load() != 2 || len(acks) != 1 || acks[0] < 0 || acks[0] > time.Minute {
 		t.Fatalf("received %d, observed %v: want 2 received and one observation under a minute", received.Load(), acks)
 	}
