@@ -378,9 +378,10 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 		defer kw.Close()
 		publish = barePublishKafka(kw)
 	}
-	start, db0, cpu0 := time.Now(), databaseCPU(), readCPUTimes()
+	start, meter := time.Now(), startHostMeter()
 	n, err := bareLoop(ctx, s, keyed, o.BatchSize, publish)
-	elapsed, db, cpu1 := time.Since(start), databaseCPU()-db0, readCPUTimes()
+	elapsed := time.Since(start)
+	db, steal := meter.stop()
 	if err != nil {
 		return bareRun{}, err
 	}
@@ -388,7 +389,7 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 		return bareRun{}, fmt.Errorf("bare loop sent %d of %d rows", n, o.Rows)
 	}
 	return bareRun{rowsPerSec: float64(n) / elapsed.Seconds(), dbPer10k: db.Seconds() / float64(n) * 10_000,
-		steal: stealPercent(cpu0, cpu1)}, nil
+		steal: steal}, nil
 }
 
 // runDrain runs one case o.Runs times — the bare loop, then the relay at
@@ -557,7 +558,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		}
 	}
 	rr.StartupMillis = float64(start.Sub(spawn).Microseconds()) / 1000
-	before, db0, cpu0 := procAll(reps), databaseCPU(), readCPUTimes()
+	before, meter := procAll(reps), startHostMeter()
 	profiled := make(chan error, 1)
 	if prof.path != "" {
 		go func() { profiled <- fetchProfile(ctx, cfg.Listen, prof) }()
@@ -574,8 +575,9 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		}
 		return fail(err)
 	}
-	after, db := procAll(reps), databaseCPU()-db0
-	rr.StealPct = stealPercent(cpu0, readCPUTimes())
+	after := procAll(reps)
+	db, steal := meter.stop()
+	rr.StealPct = steal
 	rr.DBCPUPer10k = db.Seconds() / float64(o.Rows) * 10_000
 	rr.DrainSeconds = doneAt.Sub(start).Seconds()
 	rr.RowsPerSec = float64(o.Rows) / rr.DrainSeconds

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // stealWarnPercent is the CPU steal above which a drain's figures are
@@ -12,6 +13,20 @@ import (
 // share of the CPUs' time, and a ratio against a drain that saw a
 // different share compares two machines.
 const stealWarnPercent = 10
+
+// hostMeter measures what one drain cost the machine, the same way for the
+// bare loop and the relay: the local database's CPU time and the CPU steal.
+type hostMeter struct {
+	db  time.Duration
+	cpu cpuTimes
+}
+
+func startHostMeter() hostMeter { return hostMeter{db: databaseCPU(), cpu: readCPUTimes()} }
+
+// stop returns the database's CPU time and the steal (%) since the start.
+func (m hostMeter) stop() (db time.Duration, steal float64) {
+	return databaseCPU() - m.db, stealPercent(m.cpu, readCPUTimes())
+}
 
 // cpuTimes is the machine-wide CPU time of /proc/stat's first line, in
 // clock ticks: all of it, and the part stolen by the hypervisor.
