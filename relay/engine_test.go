@@ -28,33 +28,32 @@ import (
 // commit-to-ack durations.
 type recorder struct {
 	relay.NopObserver
-	mu       sync.Mutex
-	breakers []relay.BreakerState
-	acks     []time.Duration
+	breakers guardedList[relay.BreakerState]
+	acks     guardedList[time.Duration]
 }
 
-func (r *recorder) Acked(_ string, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.acks = append(r.acks, d)
+func (r *recorder) BreakerChanged(_ string, to relay.BreakerState) { r.breakers.add(to) }
+func (r *recorder) Acked(_ string, d time.Duration)                { r.acks.add(d) }
+func (r *recorder) transitions() []relay.BreakerState              { return r.breakers.snapshot() }
+func (r *recorder) observedAcks() []time.Duration                  { return r.acks.snapshot() }
+
+// guardedList is a list that the engine's goroutines append to while the
+// test reads it.
+type guardedList[T any] struct {
+	mu    sync.Mutex
+	items []T
 }
 
-func (r *recorder) observedAcks() []time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]time.Duration(nil), r.acks...)
+func (l *guardedList[T]) add(v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.items = append(l.items, v)
 }
 
-func (r *recorder) BreakerChanged(_ string, to relay.BreakerState) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.breakers = append(r.breakers, to)
-}
-
-func (r *recorder) transitions() []relay.BreakerState {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]relay.BreakerState(nil), r.breakers...)
+func (l *guardedList[T]) snapshot() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]T(nil), l.items...)
 }
 
 type harness struct {
