@@ -79,15 +79,6 @@ func routesUsingAggregateType(cfg *config.Config) []string {
 	return out
 }
 
-// Commit implements dialect.BatchCommitter for the engine: it passes the
-// call on in lock mode and does nothing in lease mode.
-func (d *database) Commit(ctx context.Context, token string) error {
-	if c, ok := d.Dialect.(dialect.BatchCommitter); ok {
-		return c.Commit(ctx, token)
-	}
-	return nil
-}
-
 // describePlan writes how the table will be used, for `check` and the
 // start log.
 func describePlan(p *postgres.TablePlan) (mode string, notes []string) {

@@ -123,7 +123,10 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		return nil, err
 	}
 	// --- end wake on commit ---
-	rt.engine, err = relay.New(rt.db, rt.router, rt.dests, relay.Options{
+	// The engine gets the dialect itself, not the database around it: it
+	// asks the dialect for what it can do beyond dialect.Dialect
+	// (dialect.BatchCommitter in lock mode), which a wrapper would hide.
+	rt.engine, err = relay.New(rt.db.Dialect, rt.router, rt.dests, relay.Options{
 		BatchSize:       cfg.Relay.BatchSize,
 		InflightBatches: cfg.Relay.InflightBatches,
 		PollInterval:    cfg.Relay.PollInterval.D(),
