@@ -25,6 +25,7 @@ func RunLockMode(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"FailedWriteRollsBackTheBatch", testLockRollback},
 		{"NoLeaseToRenewOrReap", testLockNoLease},
 		{"ConcurrentClaimersKeepOrder", testLockConcurrent},
+		{"ClaimWindow", testLockClaimWindow},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,4 +250,49 @@ func testLockConcurrent(t *testing.T, h Harness, d lockDialect) {
 			t.Fatalf("row %s (sequence %d) completed %d times", id, seqOf[id], done[id])
 		}
 	}
+}
+
+// testLockClaimWindow: a windowed lock claim considers only rows within
+// Window sequence numbers of the first due pending row, a locked one
+// included (it is still pending). While another batch holds a deep key's
+// head, the window holds only that key's later rows: the claim finds
+// nothing there instead of walking the whole backlog behind them (in the
+// benchmark, 50,000 rows for every claim beside a batch that held every
+// head). The unbounded claim finds the heads further back.
+func testLockClaimWindow(t *testing.T, h Harness, d lockDialect) {
+	ctx := testContext(t)
+	var rows []Row
+	for range 20 {
+		rows = append(rows, Row{Topic: "window.deep", Key: "deep"})
+	}
+	rows = append(rows, Row{Topic: "window.late", Key: "late-1"}, Row{Topic: "window.late", Key: "late-2"})
+	ids := insert(t, ctx, h, rows...)
+
+	a := newToken()
+	got, err := d.Claim(ctx, dialect.ClaimParams{Token: a, Limit: 10, Lease: longLease, Window: 5})
+	if err != nil {
+		t.Fatalf("windowed claim: %v", err)
+	}
+	if fmt.Sprint(idsOf(got)) != fmt.Sprint([]string{ids[0]}) {
+		t.Fatalf("windowed claim got %v, want only the deep key's head %s: the late heads are outside the window", idsOf(got), ids[0])
+	}
+	b := newToken()
+	other, err := d.Claim(ctx, dialect.ClaimParams{Token: b, Limit: 10, Lease: longLease, Window: 5})
+	if err != nil {
+		t.Fatalf("windowed claim beside the locked head: %v", err)
+	}
+	if len(other) != 0 {
+		t.Fatalf("windowed claim beside the locked deep head got %v, want nothing: the window starts at the locked head", idsOf(other))
+	}
+	c := newToken()
+	late := lockClaim(t, ctx, d, c, 10)
+	if want := []string{ids[20], ids[21]}; fmt.Sprint(idsOf(late)) != fmt.Sprint(want) {
+		t.Fatalf("unbounded claim got %v, want the late heads %v", idsOf(late), want)
+	}
+	n, err := d.Complete(ctx, dialect.CompleteParams{Token: c, IDs: idsOf(late)})
+	wantAffected(t, "complete", n, err, 2)
+	commit(t, ctx, d, c)
+	n, err = d.Complete(ctx, dialect.CompleteParams{Token: a, IDs: idsOf(got)})
+	wantAffected(t, "complete", n, err, 1)
+	commit(t, ctx, d, a)
 }

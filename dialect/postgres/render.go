@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"bytes"
-	_ "embed"
+	"embed"
 	"fmt"
 	"io/fs"
 	"path"
@@ -36,7 +36,7 @@ func WithIDType(typ string) Option { return func(o *options) { o.idType = typ } 
 //	           processing value: it matches no row)
 //	ids "$n"   parameter $n, a text array, cast to an array of the id type
 //	idType     the id column's SQL type
-//	alias "c"  the argument of the shared templates (head_of_key.tmpl) for
+//	alias "c"  the argument of the shared template headOfKey (head_of_key.tmpl) for
 //	           table alias c
 func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 	idType := o.idType
@@ -81,12 +81,15 @@ type partialArgs struct {
 	Hold  bool
 }
 
-//go:embed sql/head_of_key.tmpl
-var sharedTemplates string
+// sharedTemplates are the templates every query may call: headOfKey and
+// claimWindow.
+//
+//go:embed sql/*.tmpl
+var sharedTemplates embed.FS
 
 // parseQuery parses one query template together with the shared ones.
 func parseQuery(name, src string, funcs template.FuncMap) (*template.Template, error) {
-	t, err := template.New(name).Option("missingkey=error").Funcs(funcs).Parse(sharedTemplates)
+	t, err := template.New(name).Option("missingkey=error").Funcs(funcs).ParseFS(sharedTemplates, "sql/*.tmpl")
 	if err != nil {
 		return nil, err
 	}

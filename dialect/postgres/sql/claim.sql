@@ -14,26 +14,15 @@
 -- With relay.onDead: hold (.Hold), a dead row whose held_at is set also
 -- comes before the key's later rows and keeps them waiting, until it is
 -- replayed or `queuebox dead release` clears held_at. The head-of-key
--- condition is one shared template, head_of_key.tmpl.
+-- condition is one shared template, head_of_key.tmpl; the bounded candidate
+-- window (.Window) another, claim_window.tmpl.
 WITH candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
     WHERE c.{{ col "state" }} = {{ state "pending" }}
       {{ if has "scheduledAt" }}AND c.{{ col "scheduledAt" }} <= now(){{ end }}
 {{- template "headOfKey" (alias "c") }}
-{{- if .Window }}
-      -- The bounded variant (see docs/claim.md): only rows within .Window
-      -- sequence numbers of the first due pending row are candidates, so
-      -- that a claim that finds every head in flight gives up after at
-      -- most .Window rows instead of walking the whole backlog.
-      AND c.{{ col "sequence" }} < (
-          SELECT w.{{ col "sequence" }}
-          FROM {{ .Table }} AS w
-          WHERE w.{{ col "state" }} = {{ state "pending" }}
-            {{ if has "scheduledAt" }}AND w.{{ col "scheduledAt" }} <= now(){{ end }}
-          ORDER BY w.{{ col "sequence" }}, w.{{ col "id" }}
-          LIMIT 1) + {{ .Window }}::bigint
-{{- end }}
+{{- template "claimWindow" . }}
     ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
     LIMIT {{ .Limit }}
     FOR UPDATE OF c SKIP LOCKED

@@ -12,6 +12,10 @@
 -- that another claimer settled and committed after this statement's
 -- snapshot is re-checked against the WHERE clause on its newest version
 -- when its lock is taken, and is no longer pending.
+--
+-- .Window bounds the candidates as in claim.sql (claim_window.tmpl): beside a
+-- batch that holds every head near the front, an unbounded claim walked the
+-- whole backlog behind them for nothing, at every claim.
 SELECT c.{{ col "id" }}::text,
        c.{{ col "topic" }},
        {{ if has "key" }}c.{{ col "key" }}{{ else }}NULL::text{{ end }},
@@ -29,6 +33,7 @@ WHERE c.{{ col "state" }} = {{ state "pending" }}
   AND c.{{ col "scheduledAt" }} <= now()
 {{- end }}
 {{- template "headOfKey" (alias "c") }}
+{{- template "claimWindow" . }}
 ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
 LIMIT {{ .Limit }}
 FOR UPDATE OF c SKIP LOCKED
