@@ -172,9 +172,7 @@ func TestPurge(t *testing.T) {
 	}
 	// Five of group old processed two hours ago, two just now; group other
 	// all two hours ago.
-	if _, err := pg.Pool.Exec(ctx, `UPDATE queuebox_inbox SET processed_at = now() - interval '2 hours' WHERE consumer_group = 'other' OR message_id < 'm-f'`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `UPDATE queuebox_inbox SET processed_at = now() - interval '2 hours' WHERE consumer_group = 'other' OR message_id < 'm-f'`)
 	n, err := ib.Purge(ctx, db, "old", time.Hour, 2)
 	if err != nil {
 		t.Fatal(err)

@@ -33,14 +33,12 @@ func TestPostgresIndexMigration(t *testing.T) {
 	if _, err := p.UpTo(ctx, 2); err != nil {
 		t.Fatalf("up to 00002: %v", err)
 	}
-	if _, err := pg.Pool.Exec(ctx, `
+	pg.MustExec(t, ctx, `
 		INSERT INTO outbox (topic, key, payload, state)
 		SELECT 'orders.' || (g % 3), 'k' || (g % 7), '{}'::jsonb,
 		       (ARRAY['pending', 'processing', 'sent', 'dead'])[1 + g % 4]
 		FROM generate_series(1, 400) AS g;
-		INSERT INTO outbox (topic, payload) SELECT 'unkeyed', '{}'::jsonb FROM generate_series(1, 40)`); err != nil {
-		t.Fatal(err)
-	}
+		INSERT INTO outbox (topic, payload) SELECT 'unkeyed', '{}'::jsonb FROM generate_series(1, 40)`)
 	before := indexDefs(ctx, t, pg)
 	for _, name := range []string{"outbox_state_scheduled_idx", "outbox_topic_idx"} {
 		if _, ok := before[name]; !ok {

@@ -268,13 +268,9 @@ func TestRowWithoutCreatedAtIsDeliveredNotTimed(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := pg.Pool.Exec(ctx, `ALTER TABLE outbox ALTER COLUMN created_at DROP NOT NULL`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, created_at)
-		VALUES ('hook.timed', 'k1', '{}', now()), ('hook.untimed', 'k2', '{}', NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN created_at DROP NOT NULL`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, created_at)
+		VALUES ('hook.timed', 'k1', '{}', now()), ('hook.untimed', 'k2', '{}', NULL)`)
 	var received atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		received.Add(1)

@@ -30,18 +30,12 @@ func TestLockModeReachesRowsBeyondTheWindow(t *testing.T) {
 	// Key "slow": a head due in an hour, then 1,499 rows behind it, more
 	// than the window of max(4 × 10, 1000) sequence numbers. Then five
 	// ready heads of other keys.
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, scheduled_at)
-		VALUES ('window.slow', 'slow', '{}', now() + interval '1 hour')`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload)
-		SELECT 'window.slow', 'slow', '{}' FROM generate_series(1, 1499)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload)
-		SELECT 'window.late', 'late-' || i, '{}' FROM generate_series(1, 5) i`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, scheduled_at)
+		VALUES ('window.slow', 'slow', '{}', now() + interval '1 hour')`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload)
+		SELECT 'window.slow', 'slow', '{}' FROM generate_series(1, 1499)`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload)
+		SELECT 'window.late', 'late-' || i, '{}' FROM generate_series(1, 5) i`)
 	rec := &windowRecorder{LockDialect: db}
 	e, dest := newSlowEngine(t, rec, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 20 * time.Millisecond,
 		MaxPollInterval: 100 * time.Millisecond})

@@ -25,14 +25,10 @@ func TestClaimedRowWithNullsIsMalformedNotAFailedClaim(t *testing.T) {
 	defer cancel()
 	// The bundled table, with its NOT NULL constraints dropped.
 	for _, col := range []string{"topic", "attempt", "max_attempts", "created_at"} {
-		if _, err := pg.Pool.Exec(ctx, `ALTER TABLE outbox ALTER COLUMN `+col+` DROP NOT NULL`); err != nil {
-			t.Fatal(err)
-		}
+		pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN `+col+` DROP NOT NULL`)
 	}
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, attempt, max_attempts, created_at)
-		VALUES (NULL, 'k1', '{}', NULL, NULL, NULL), ('ok.topic', 'k2', '{}', 0, 5, now())`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, attempt, max_attempts, created_at)
+		VALUES (NULL, 'k1', '{}', NULL, NULL, NULL), ('ok.topic', 'k2', '{}', 0, 5, now())`)
 	msgs := claimAll(t, ctx, pg.Pool, 2)
 	for _, m := range msgs {
 		switch m.Key {
@@ -125,9 +121,7 @@ func TestNullSequenceIsMalformedAndNoted(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := pg.Pool.Exec(ctx, `ALTER TABLE outbox ALTER COLUMN sequence DROP NOT NULL`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN sequence DROP NOT NULL`)
 	plan, err := postgres.ResolveTable(ctx, pg.Pool, dialect.DefaultMapping(), postgres.ModeAuto, false)
 	if err != nil {
 		t.Fatal(err)
@@ -140,10 +134,8 @@ func TestNullSequenceIsMalformedAndNoted(t *testing.T) {
 	if !noted || len(plan.Problems) != 0 {
 		t.Fatalf("notes %q, problems %v: want a note on the nullable sequence and no problem", plan.Notes, plan.Problems)
 	}
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, sequence)
-		VALUES ('t.ok', 'k1', '{}', 1), ('t.noseq', 'k2', '{}', NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, sequence)
+		VALUES ('t.ok', 'k1', '{}', 1), ('t.noseq', 'k2', '{}', NULL)`)
 	msgs := claimAll(t, ctx, pg.Pool, 2)
 	for _, m := range msgs {
 		switch m.Topic {

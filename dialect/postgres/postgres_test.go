@@ -230,9 +230,7 @@ func TestRenderedSQLRunsWithReservedNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO "order" ("select", "key", "from") VALUES ('t', 'k', '{"a":1}'), ('t', 'k', '{"a":2}')`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `INSERT INTO "order" ("select", "key", "from") VALUES ('t', 'k', '{"a":1}'), ('t', 'k', '{"a":2}')`)
 	tok := "6f1c1a5e-0000-4000-8000-000000000001"
 	msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: tok, Limit: 10, Lease: time.Minute})
 	if err != nil {
@@ -338,9 +336,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pg.Pool.Exec(ctx, `ANALYZE outbox`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `ANALYZE outbox`)
 	explain := func(name string, args ...any) string {
 		query := d.queries[name]
 		switch name {
@@ -462,9 +458,7 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	if turns.turnSQL == "" || free.turnSQL != "" {
 		t.Fatalf("turn SQL %q by default and %q with WithTableClaimTurns(false)", turns.turnSQL, free.turnSQL)
 	}
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
 
 	// Another claimer holds the table's turn.
 	holder, err := pg.Pool.Begin(ctx)
@@ -543,9 +537,7 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 
 	// With the turn free, a poll is an ordinary claim, and releases the
 	// turn with it.
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
 	polled, err = turns.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000a3", Limit: 10, Lease: time.Minute, Poll: true})
 	if err != nil || len(polled) != 1 {
 		t.Fatalf("poll with the turn free: %d rows, %v; want the new row", len(polled), err)

@@ -91,10 +91,8 @@ routes:
 	// The first drain is unkeyed, so that its rate measures the publish
 	// path (batches of relay.batchSize, confirms pipelined) rather than the
 	// per-key order limit of 100 keys.
-	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, payload)
-		SELECT 'billing.charged', json_build_object('n', i) FROM generate_series(1, $1) i`, per); err != nil {
-		t.Fatal(err)
-	}
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload)
+		SELECT 'billing.charged', json_build_object('n', i) FROM generate_series(1, $1) i`, per)
 	sent := func() int {
 		var n int
 		if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'sent'`).Scan(&n); err != nil {

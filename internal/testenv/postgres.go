@@ -160,3 +160,13 @@ func InsertKeyed(ctx context.Context, pool *pgxpool.Pool, n int, next []int, top
 	}
 	return nil
 }
+
+// MustExec runs sql with args on the pool and fails t when it errors,
+// naming the statement's first line.
+func (p *PG) MustExec(t testing.TB, ctx context.Context, sql string, args ...any) {
+	t.Helper()
+	if _, err := p.Pool.Exec(ctx, sql, args...); err != nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(sql), "\n")
+		t.Fatalf("%s: %v", first, err)
+	}
+}
