@@ -126,7 +126,7 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 		set_config('statement_timeout', $1, true)`, ms); err != nil {
 		return nil, interpretError("lock claim", err)
 	}
-	query, err := d.claims.sql(p.Limit, max(p.Window, 0))
+	query, err := d.claims.sql(p.Limit, p.Window)
 	if err != nil {
 		return nil, err
 	}

@@ -172,7 +172,7 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if p.Lease <= 0 {
 		return nil, errors.New("postgres: claim: lease must be positive")
 	}
-	query, err := d.claims.sql(p.Limit, max(p.Window, 0))
+	query, err := d.claims.sql(p.Limit, p.Window)
 	if err != nil {
 		return nil, err
 	}

@@ -146,8 +146,9 @@ func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*cla
 }
 
 // sql returns the claim statement for limit rows within window sequence
-// numbers (0: unbounded).
+// numbers (0 or less: unbounded).
 func (c *claimShapes) sql(limit, window int) (string, error) {
+	window = max(window, 0)
 	key := [2]int{limit, window}
 	c.mu.Lock()
 	defer c.mu.Unlock()
