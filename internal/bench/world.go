@@ -255,6 +255,14 @@ func (s *schema) unfinished(ctx context.Context) (int64, error) {
 	return n, err
 }
 
+// claims returns how many claims delivered the sent rows: every claim
+// leaves its own token on the rows it took (complete.sql keeps it).
+func (s *schema) claims(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, "SELECT count(DISTINCT claim_token) FROM outbox WHERE state = 'sent'").Scan(&n)
+	return n, err
+}
+
 // stream creates a JetStream stream of its own for one run.
 func (w *world) stream(ctx context.Context, subject string) (jetstream.Stream, error) {
 	name := "QBB_" + strings.ToUpper(randomHex(6))
