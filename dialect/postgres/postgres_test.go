@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -381,6 +382,13 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 				t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
 			}
 		}
+	}
+	// The windowed claim's candidate scan starts at the window: the lower
+	// bound is an index condition, so the scan does not step over the
+	// entries of rows claimed since the last vacuum (claim_window.tmpl).
+	startsAtWindow := regexp.MustCompile(`Index Scan using outbox_claim_idx on outbox c\b[^\n]*\n\s*Index Cond: \(\(sequence >= \$\d+\) AND \(sequence < `)
+	if !startsAtWindow.MatchString(plans["claim#window"]) {
+		t.Errorf("windowed claim's candidate scan has no lower bound on sequence:\n%s", plans["claim#window"])
 	}
 	for name, idx := range map[string]string{"purge": "outbox_finished_idx", "dead_list": "outbox_finished_idx", "stats_backlog": "outbox_pending_"} {
 		if !strings.Contains(plans[name], idx) {

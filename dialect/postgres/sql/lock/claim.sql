@@ -16,7 +16,8 @@
 -- .Window bounds the candidates as in claim.sql (claim_window.tmpl): beside a
 -- batch that holds every head near the front, an unbounded claim walked the
 -- whole backlog behind them for nothing, at every claim.
-SELECT c.{{ col "id" }}::text,
+{{ if .Window }}WITH {{ template "claimWindowStart" . }}
+{{ end }}SELECT c.{{ col "id" }}::text,
        c.{{ col "topic" }},
        {{ if has "key" }}c.{{ col "key" }}{{ else }}NULL::text{{ end }},
        c.{{ col "payload" }}::text,
