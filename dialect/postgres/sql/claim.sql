@@ -16,8 +16,7 @@
 -- replayed or `queuebox dead release` clears held_at. The head-of-key
 -- condition is one shared template, head_of_key.tmpl; the bounded candidate
 -- window (.Window) another, claim_window.tmpl.
-WITH {{ if .Window }}{{ template "claimWindowStart" . }},
-{{ end }}candidates AS (
+WITH candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
     WHERE c.{{ col "state" }} = {{ state "pending" }}

@@ -16,8 +16,7 @@
 -- .Window bounds the candidates as in claim.sql (claim_window.tmpl): beside a
 -- batch that holds every head near the front, an unbounded claim walked the
 -- whole backlog behind them for nothing, at every claim.
-{{ if .Window }}WITH {{ template "claimWindowStart" . }}
-{{ end }}SELECT c.{{ col "id" }}::text,
+SELECT c.{{ col "id" }}::text,
        c.{{ col "topic" }},
        {{ if has "key" }}c.{{ col "key" }}{{ else }}NULL::text{{ end }},
        c.{{ col "payload" }}::text,
