@@ -166,6 +166,7 @@ type RelayRun struct {
 	// RowsPerClaim is rows ÷ the claims that delivered them (the distinct
 	// claim tokens left on the sent rows; claims that found nothing are not
 	// counted). Below the batch size, claims came back with part of a batch.
+	// Lease mode only: lock mode writes no claim token.
 	RowsPerClaim float64 `json:"rowsPerClaim,omitempty"`
 }
 
@@ -426,8 +427,12 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 			if rr.Error != "" {
 				o.say("   relay ×%d failed: %s", n, rr.Error)
 			} else {
-				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  steal %.0f%%  rss %.0f MiB  %.0f rows/claim  idle %.1f q/s %.1f%% cpu",
-					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.StealPct, rr.PeakRSSMiB, rr.RowsPerClaim, rr.IdleQPS, rr.IdleCPU)
+				perClaim := ""
+				if rr.RowsPerClaim > 0 {
+					perClaim = fmt.Sprintf("  %.1f rows/claim", rr.RowsPerClaim)
+				}
+				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  steal %.0f%%  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
+					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.StealPct, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
 				if steal := max(rr.StealPct, br.steal); steal > stealWarnPercent {
 					d.Warnings = append(d.Warnings, fmt.Sprintf("round %d, relay ×%d: CPU steal %.0f%% (bare loop %.0f%%): the hypervisor took that share of the CPUs; read this ratio with care",
 						round, n, rr.StealPct, br.steal))
@@ -600,7 +605,11 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	if err := waitSettled(ctx, s); err != nil {
 		return fail(err)
 	}
-	if claims, err := s.claims(ctx); err == nil && claims > 0 {
+	// Lock mode leaves no token (claims is 0); a failed count only loses
+	// this figure, not the run.
+	if claims, err := s.claims(ctx); err != nil {
+		o.say("   rows per claim not counted: %v", err)
+	} else if claims > 0 {
 		rr.RowsPerClaim = float64(o.Rows) / float64(claims)
 	}
 	if !idle {
