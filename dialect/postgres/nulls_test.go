@@ -150,3 +150,45 @@ func TestNullSequenceIsMalformedAndNoted(t *testing.T) {
 		}
 	}
 }
+
+// TestIDWithoutUniqueIndexIsNoted: the claim reaches rows by id, every later
+// write is fenced on id, and JetStream deduplicates on it, so rows that
+// share an id would be claimed, settled and deduplicated as one message.
+// The table check notes an id column that no unique index covers, with the
+// DDL, and refuses nothing; with the primary key it is silent.
+func TestIDWithoutUniqueIndexIsNoted(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	notedUnique := func() bool {
+		t.Helper()
+		plan, err := postgres.ResolveTable(ctx, pg.Pool, dialect.DefaultMapping(), postgres.ModeAuto, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(plan.Problems) != 0 {
+			t.Fatalf("problems %v, want none", plan.Problems)
+		}
+		for _, n := range plan.Notes {
+			if strings.Contains(n, "no unique index") && strings.Contains(n, `ADD PRIMARY KEY ("id")`) {
+				return true
+			}
+		}
+		return false
+	}
+	if notedUnique() {
+		t.Fatal("the bundled table (primary key on id) was noted")
+	}
+	pg.MustExec(t, ctx, `ALTER TABLE outbox DROP CONSTRAINT outbox_pkey`)
+	// A unique index that is partial, or over more than the id, does not
+	// make the id unique.
+	pg.MustExec(t, ctx, `CREATE UNIQUE INDEX outbox_id_partial ON outbox (id) WHERE state = 'pending'`)
+	pg.MustExec(t, ctx, `CREATE UNIQUE INDEX outbox_id_topic ON outbox (id, topic)`)
+	if !notedUnique() {
+		t.Fatal("an id column without a unique index was not noted")
+	}
+	pg.MustExec(t, ctx, `CREATE UNIQUE INDEX outbox_id_unique ON outbox (id)`)
+	if notedUnique() {
+		t.Fatal("an id column with a unique index was noted")
+	}
+}

@@ -178,6 +178,21 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 				phys, l, l, nullConsequence[l], table, QuoteIdent(phys)))
 		}
 	}
+	// The claim reaches rows by id, every later write is fenced on it, and
+	// JetStream deduplicates on it (Nats-Msg-Id): rows that share an id
+	// would be claimed, settled and deduplicated as one message. Only a
+	// unique index on the id alone (not partial) rules that out.
+	idCol, _ := m.Column(dialect.ColID)
+	if _, ok := cols[idCol]; ok {
+		unique, err := idIsUnique(ctx, pool, idCol, args, schemaExpr)
+		if err != nil {
+			return plan, err
+		}
+		if !unique {
+			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (id) has no unique index; rows that share an id are claimed, settled and deduplicated as one message: ALTER TABLE %s ADD PRIMARY KEY (%s); (or CREATE UNIQUE INDEX ON %s (%s);)",
+				idCol, table, QuoteIdent(idCol), table, QuoteIdent(idCol)))
+		}
+	}
 	if len(absent) > 0 {
 		plan.Mapping, err = m.Without(absent...)
 		if err != nil {
@@ -256,6 +271,25 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		}
 	}
 	return plan, nil
+}
+
+// idIsUnique reports whether a unique, non-partial index has the id column
+// as its only key column (a primary key is one).
+func idIsUnique(ctx context.Context, pool *pgxpool.Pool, idCol string, args []any, schemaExpr string) (bool, error) {
+	var unique bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1
+		FROM pg_index AS i
+		JOIN pg_class AS t ON t.oid = i.indrelid
+		JOIN pg_namespace AS n ON n.oid = t.relnamespace
+		JOIN pg_attribute AS a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
+		WHERE t.relname = $1 AND n.nspname = `+schemaExpr+`
+		  AND i.indisunique AND i.indpred IS NULL AND i.indnkeyatts = 1
+		  AND a.attname = $`+fmt.Sprint(len(args)+1)+`)`, append(slices.Clone(args), idCol)...).Scan(&unique)
+	if err != nil {
+		return false, interpretError("check schema", err)
+	}
+	return unique, nil
 }
 
 // nullConsequence is what happens to a row whose id or sequence is NULL.
