@@ -23,10 +23,11 @@
 //     not a head, so it is not claimable either. Every claimer orders by
 //     (sequence, id), a total order, so all agree on the heads.
 //   - Under READ COMMITTED, PostgreSQL re-evaluates only the locking
-//     statement's own predicate against the newest version of a row it had
-//     to wait for. The full readiness condition is therefore in the locking
-//     SELECT and repeated in the UPDATE: a row that another claimer claimed
-//     and committed in between is pending no more and is dropped.
+//     statement's own predicate against the newest version of a row that
+//     changed after the snapshot. The full readiness condition is therefore
+//     in the locking SELECT: a row that another claimer claimed and
+//     committed in between is pending no more and is dropped. The UPDATE
+//     repeats it (claim.sql says why that is only a guard).
 //   - FOR UPDATE is on the base table (FOR UPDATE OF c), not on a derived
 //     table, so it locks rows.
 //

@@ -6,10 +6,18 @@
 --
 -- A row is ready when it is pending, due on the database clock, and the head
 -- of its key: no pending or processing row of the same non-empty key comes
--- before it in (sequence, id) order. The readiness condition appears twice:
--- in the locking SELECT (PostgreSQL re-evaluates it against the newest row
--- version after a lock wait) and again in the UPDATE, so a row that another
--- claimer claimed and committed meanwhile is never claimed twice.
+-- before it in (sequence, id) order. The readiness condition appears twice.
+-- The locking SELECT tests all of it: when a candidate was updated and
+-- committed after this statement's snapshot, FOR UPDATE locks the newest
+-- version (SKIP LOCKED skips it while it is still locked) and PostgreSQL
+-- re-evaluates the SELECT's conditions against that version, so a row that
+-- another claimer claimed and committed meanwhile is never claimed twice.
+-- The UPDATE repeats it. With a unique id the repetition can only agree:
+-- the UPDATE reaches the row the SELECT locked, and both head-of-key probes
+-- read the other rows through the same snapshot. It stays as a guard for an
+-- adopted table whose id is not unique (check notes one), where the id join
+-- also reaches rows the SELECT never tested; it costs about a tenth of the
+-- claim's time, which no drain measured (docs/performance.md, lesson 20).
 --
 -- With relay.onDead: hold (.Hold), a dead row whose held_at is set also
 -- comes before the key's later rows and keeps them waiting, until it is
