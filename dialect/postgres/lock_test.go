@@ -57,6 +57,15 @@ func TestRenderAbsentColumns(t *testing.T) {
 	for name, sql := range lq {
 		q["lock/"+name] = sql
 	}
+	// Render gives the unbounded claim; the windowed one has its own
+	// template (claim_window.tmpl).
+	shapes, err := newClaimShapes(lockFiles, "sql/lock/claim.sql", m, newOptions([]Option{WithIDType("bigint")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q["lock/claim#window"], err = shapes.sql(100, 1000); err != nil {
+		t.Fatal(err)
+	}
 	for name, sql := range q {
 		for _, absent := range []string{`"scheduled_at"`, `"attempt"`, `"last_error"`, `"updated_at"`, `"claim_token"`, `"key"`, `'processing'`} {
 			if strings.Contains(sql, absent) {

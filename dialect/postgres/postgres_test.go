@@ -247,6 +247,15 @@ func TestRenderedSQLRunsWithReservedNames(t *testing.T) {
 	if err := pg.Pool.QueryRow(ctx, `SELECT "table" FROM "order" WHERE "user" = $1`, msgs[0].ID).Scan(&state); err != nil || state != "done" {
 		t.Fatalf("stored state %q (%v), want done", state, err)
 	}
+	// The windowed claim (claim_window.tmpl) through the same names: the
+	// key's second row is its head now.
+	next, err := d.Claim(ctx, dialect.ClaimParams{Token: tok, Limit: 10, Lease: time.Minute, Window: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(next) != 1 || next[0].Key != "k" || next[0].Sequence <= msgs[0].Sequence {
+		t.Fatalf("windowed claim = %+v, want the second row of k", next)
+	}
 }
 
 func TestMappingRejectsInjection(t *testing.T) {
