@@ -357,15 +357,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err := pg.Pool.Query(ctx, "EXPLAIN "+query, args...)
-		if err != nil {
-			t.Fatalf("explain %s: %v", name, err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
+		return explainPlan(t, ctx, pg.Pool, query, args...)
 	}
 	token := "6f1c1a5e-0000-4000-8000-000000000001"
 	plans := map[string]string{
@@ -417,6 +409,21 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 }
 
+// explainPlan returns the text of EXPLAIN query (without ANALYZE: nothing
+// runs).
+func explainPlan(t *testing.T, ctx context.Context, pool *pgxpool.Pool, query string, args ...any) string {
+	t.Helper()
+	rows, err := pool.Query(ctx, "EXPLAIN "+query, args...)
+	if err != nil {
+		t.Fatalf("explain: %v\n%s", err, query)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // TestClaimKeepsTheOrderedScan: on a table whose physical order does not
 // follow sequence (the usual state of a busy outbox, whose new row versions
 // land wherever a page has room), the windowed claims of both modes still
@@ -461,15 +468,7 @@ func TestClaimKeepsTheOrderedScan(t *testing.T) {
 		if name == "lock" {
 			args = nil
 		}
-		rows, err := pg.Pool.Query(ctx, "EXPLAIN "+query, args...)
-		if err != nil {
-			t.Fatalf("explain %s claim: %v", name, err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan := strings.Join(lines, "\n")
+		plan := explainPlan(t, ctx, pg.Pool, query, args...)
 		if !strings.Contains(plan, "Index Scan using outbox_claim_idx on outbox c") || strings.Contains(plan, "Bitmap Heap Scan on outbox c") {
 			t.Errorf("%s claim does not read outbox_claim_idx in order:\n%s", name, plan)
 		}
