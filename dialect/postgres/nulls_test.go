@@ -192,3 +192,46 @@ func TestIDWithoutUniqueIndexIsNoted(t *testing.T) {
 		t.Fatal("an id column with a unique index was noted")
 	}
 }
+
+// TestAutovacuumOffIsNoted: every claim steps over the index entries of rows
+// claimed since the table's last vacuum, so without autovacuum claims slow
+// down for as long as the relay runs (docs/operations.md, "Vacuum"). The
+// table check notes a table whose autovacuum is off, by the table's option
+// or the server's setting, and refuses nothing.
+func TestAutovacuumOffIsNoted(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	noted := func(what string) bool {
+		t.Helper()
+		plan, err := postgres.ResolveTable(ctx, pg.Pool, dialect.DefaultMapping(), postgres.ModeAuto, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(plan.Problems) != 0 {
+			t.Fatalf("problems %v, want none", plan.Problems)
+		}
+		for _, n := range plan.Notes {
+			if strings.Contains(n, "autovacuum is off") && strings.Contains(n, what) {
+				return true
+			}
+		}
+		return false
+	}
+	var serverOn bool
+	if err := pg.Pool.QueryRow(ctx, `SELECT current_setting('autovacuum')::boolean`).Scan(&serverOn); err != nil {
+		t.Fatal(err)
+	}
+	// The server's setting is the machine's (CI's PostgreSQL runs without
+	// autovacuum): the note follows it either way.
+	if got := noted("autovacuum = off"); got == serverOn {
+		t.Fatalf("server autovacuum %v, noted %v", serverOn, got)
+	}
+	if noted("autovacuum_enabled") {
+		t.Fatal("the table's option was noted before it was set")
+	}
+	pg.MustExec(t, ctx, `ALTER TABLE outbox SET (autovacuum_enabled = false)`)
+	if !noted("ALTER TABLE \"outbox\" RESET (autovacuum_enabled)") {
+		t.Fatal("a table with autovacuum_enabled = false was not noted")
+	}
+}

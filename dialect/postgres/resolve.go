@@ -193,6 +193,19 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 				idCol, table, QuoteIdent(idCol), table, QuoteIdent(idCol)))
 		}
 	}
+	// Every claim steps over the index entries of the rows claimed since the
+	// table's last vacuum; without autovacuum they pile up for as long as
+	// the relay runs, and so does the cost of each claim.
+	serverOff, tableOff, err := autovacuumOff(ctx, pool, args, schemaExpr)
+	if err != nil {
+		return plan, err
+	}
+	if tableOff {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("autovacuum is off for table %s (autovacuum_enabled = false); claims slow down as the dead row versions of delivered rows pile up (docs/operations.md, \"Vacuum\"): ALTER TABLE %s RESET (autovacuum_enabled);", plain, table))
+	}
+	if serverOff {
+		plan.Notes = append(plan.Notes, "autovacuum is off on this server (autovacuum = off); claims slow down as the dead row versions of delivered rows pile up (docs/operations.md, \"Vacuum\"): ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();, or VACUUM the table on a schedule")
+	}
 	if len(absent) > 0 {
 		plan.Mapping, err = m.Without(absent...)
 		if err != nil {
@@ -271,6 +284,22 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		}
 	}
 	return plan, nil
+}
+
+// autovacuumOff reports whether the server's autovacuum setting is off, and
+// whether the table's own autovacuum_enabled option is false.
+func autovacuumOff(ctx context.Context, pool *pgxpool.Pool, args []any, schemaExpr string) (server, table bool, err error) {
+	err = pool.QueryRow(ctx, `SELECT NOT current_setting('autovacuum')::boolean,
+		       COALESCE((SELECT NOT o.option_value::boolean
+		                 FROM pg_class AS t
+		                 JOIN pg_namespace AS n ON n.oid = t.relnamespace,
+		                      pg_options_to_table(t.reloptions) AS o
+		                 WHERE t.relname = $1 AND n.nspname = `+schemaExpr+`
+		                   AND o.option_name = 'autovacuum_enabled'), false)`, args...).Scan(&server, &table)
+	if err != nil {
+		return false, false, interpretError("check schema", err)
+	}
+	return server, table, nil
 }
 
 // idIsUnique reports whether a unique, non-partial index has the id column
