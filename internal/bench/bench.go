@@ -319,6 +319,13 @@ func machine(ctx context.Context, w *world) Machine {
 		}
 	}
 	_ = w.admin.QueryRow(ctx, "SHOW server_version").Scan(&m.PostgreSQL)
+	// A drain is too short to see an autovacuum, a sustained load is not
+	// (docs/operations.md, "Vacuum"): the figures say which server they
+	// come from.
+	var autovacuum string
+	if err := w.admin.QueryRow(ctx, "SHOW autovacuum").Scan(&autovacuum); err == nil && autovacuum != "on" {
+		m.PostgreSQL += ", autovacuum " + autovacuum
+	}
 	m.NATS = w.nc.ConnectedServerVersion()
 	if w.ns != nil {
 		m.NATS += " (embedded)"
