@@ -42,7 +42,8 @@ func openPostgres(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error
 }
 
 // openPostgresFor is openPostgres; forRelay applies the settings of the
-// relay's own connections (database.synchronousCommit).
+// relay's own connections (database.synchronousCommit, and a plan for each
+// execution: postgres.PlanEachExecution).
 func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.Database.URL)
 	if err != nil {
@@ -62,6 +63,11 @@ func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*p
 		// the application's rows are committed by the application. See
 		// docs/configuration.md.
 		pc.ConnConfig.RuntimeParams["synchronous_commit"] = cfg.Database.SynchronousCommit
+	}
+	if forRelay {
+		// Plans made for the table as it is at each execution, not kept
+		// from when it was empty (postgres.PlanEachExecution).
+		postgres.PlanEachExecution(pc.ConnConfig)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -1,0 +1,128 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/internal/testenv"
+)
+
+// TestPlansFollowTheTable: the claim and the completion, prepared and run
+// while the table is empty (and analyzed so, as autovacuum leaves an outbox
+// that retention has emptied), then run again after a burst has filled it.
+// On a connection set up with PlanEachExecution they are planned for the
+// full table: index scans (which ones depends on the statistics, still
+// those of the empty table here), the primary key for the completion. The
+// control connection, with PostgreSQL's default plan cache, keeps the
+// generic plans it made for the empty table, sequential scans included: for
+// the claim a scan of the table for every candidate (docs/performance.md,
+// lesson 21).
+func TestPlansFollowTheTable(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 90*time.Second)
+	d := newDialect(t, pg.Pool)
+	claim, err := d.claims.sql(100, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete := d.queries["complete"]
+	pg.MustExec(t, ctx, `ANALYZE outbox`)
+
+	const token = "6f1c1a5e-0000-4000-8000-000000000001"
+	connect := func(relay bool) *pgx.Conn {
+		cc := pg.Pool.Config().ConnConfig.Copy()
+		if relay {
+			PlanEachExecution(cc)
+		}
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close(ctx) })
+		for name, sql := range map[string]string{"claim": claim, "complete": complete} {
+			if _, err := conn.Prepare(ctx, name, sql); err != nil {
+				t.Fatalf("prepare %s: %v", name, err)
+			}
+		}
+		// More executions than the five custom plans after which the
+		// server may settle on a generic one.
+		for i := 0; i < 8; i++ {
+			if _, err := conn.Exec(ctx, "claim", token, int64(30e6)); err != nil {
+				t.Fatalf("claim on the empty table: %v", err)
+			}
+			if _, err := conn.Exec(ctx, "complete", token, []string{}); err != nil {
+				t.Fatalf("complete on the empty table: %v", err)
+			}
+		}
+		return conn
+	}
+	relay, control := connect(true), connect(false)
+
+	var mode string
+	if err := relay.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode); err != nil || mode != "force_custom_plan" {
+		t.Fatalf("relay connection: plan_cache_mode = %q (%v), want force_custom_plan", mode, err)
+	}
+	pg.MustExec(t, ctx, `
+		INSERT INTO outbox (topic, key, payload, state)
+		SELECT 'load', 'k' || (g % 200), jsonb_build_object('g', g),
+		       CASE WHEN g <= 10000 THEN 'sent' ELSE 'pending' END
+		FROM generate_series(1, 20000) AS g`)
+
+	explain := func(conn *pgx.Conn, stmt string) string {
+		t.Helper()
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+stmt)
+		if err != nil {
+			t.Fatalf("explain %s: %v", stmt, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	claimStmt := "claim('" + token + "', 30000000)"
+	completeStmt := "complete('" + token + "', ARRAY['" + token + "'])"
+
+	if plan := explain(control, claimStmt); !strings.Contains(plan, "Seq Scan on outbox") {
+		t.Fatalf("setup: the control connection did not keep the empty table's claim plan; "+
+			"if PostgreSQL now re-plans on growth, PlanEachExecution may no longer be needed:\n%s", plan)
+	}
+	plan := explain(relay, claimStmt)
+	if strings.Contains(plan, "Seq Scan on outbox") {
+		t.Errorf("relay claim is not planned for the full table:\n%s", plan)
+	}
+	plan = explain(relay, completeStmt)
+	if strings.Contains(plan, "Seq Scan on outbox") || !strings.Contains(plan, "outbox_pkey") {
+		t.Errorf("relay completion is not planned for the full table:\n%s", plan)
+	}
+}
+
+// TestPlanEachExecutionKeepsTheOperatorsChoice: a plan_cache_mode in the
+// connection string, as a parameter or in options, is left as it is.
+func TestPlanEachExecutionKeepsTheOperatorsChoice(t *testing.T) {
+	for _, url := range []string{
+		"postgres://u@h/db?plan_cache_mode=auto",
+		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dforce_generic_plan",
+	} {
+		cc, err := pgx.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := cc.RuntimeParams["plan_cache_mode"]
+		PlanEachExecution(cc)
+		if got := cc.RuntimeParams["plan_cache_mode"]; got != before {
+			t.Errorf("%s: plan_cache_mode = %q, want %q", url, got, before)
+		}
+	}
+	cc, err := pgx.ParseConfig("postgres://u@h/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	PlanEachExecution(cc)
+	if got := cc.RuntimeParams["plan_cache_mode"]; got != "force_custom_plan" {
+		t.Errorf("plan_cache_mode = %q, want force_custom_plan", got)
+	}
+}
