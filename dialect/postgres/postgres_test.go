@@ -476,7 +476,7 @@ func TestClaimKeepsTheOrderedScan(t *testing.T) {
 }
 
 // TestClaimShapes: the batch size and the window are literals of the
-// rendered claim (so that the server can keep one generic plan), each shape
+// rendered claim (a generic plan and a custom one are the same), each shape
 // is rendered once, and only the token and the lease are parameters.
 func TestClaimShapes(t *testing.T) {
 	m := dialect.DefaultMapping()

@@ -119,11 +119,11 @@ const maxClaimShapes = 16
 // claimShapes renders a claim statement per (limit, window) shape, once.
 //
 // The batch size and the window are written into the SQL as literals: as
-// bind parameters they made PostgreSQL plan the claim afresh on every
-// execution (a custom plan, ~1.2 ms of a ~6 ms claim of 100 rows: with
-// LIMIT $n unknown, the generic plan looked worse and was never chosen, and
-// forced, it ran slower). With literals the generic plan is the custom
-// one: after five executions the server stops planning (docs/performance.md).
+// bind parameters, a generic plan (made without their values) looked worse
+// than the custom one and, forced, ran slower. With literals the two are
+// the same plan. The relay's connections plan every execution all the same
+// (PlanEachExecution): a generic plan kept from when the table was empty is
+// the worse risk (docs/performance.md, lessons 8 and 21).
 type claimShapes struct {
 	tmpl *template.Template
 	data renderData

@@ -1,8 +1,8 @@
 -- claim: move up to .Limit ready rows to processing under claim token $1 for
 -- a lease of $2 microseconds, in one statement. See doc.go and docs/claim.md.
--- .Limit and .Window are literals, not parameters, so that the server can
--- keep one generic plan instead of planning every claim (render.go,
--- claimShapes).
+-- .Limit and .Window are literals, not parameters, so that a plan of the
+-- claim is the same whether the server makes it for the parameters or not
+-- (render.go, claimShapes).
 --
 -- A row is ready when it is pending, due on the database clock, and the head
 -- of its key: no pending or processing row of the same non-empty key comes
