@@ -201,10 +201,10 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		return plan, err
 	}
 	if tableOff {
-		plan.Notes = append(plan.Notes, fmt.Sprintf("autovacuum is off for table %s (autovacuum_enabled = false); claims slow down as the dead row versions of delivered rows pile up (docs/operations.md, \"Vacuum\"): ALTER TABLE %s RESET (autovacuum_enabled);", plain, table))
+		plan.Notes = append(plan.Notes, fmt.Sprintf("autovacuum is off for table %s (autovacuum_enabled = false); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER TABLE %s RESET (autovacuum_enabled);", plain, table))
 	}
 	if serverOff {
-		plan.Notes = append(plan.Notes, "autovacuum is off on this server (autovacuum = off); claims slow down as the dead row versions of delivered rows pile up (docs/operations.md, \"Vacuum\"): ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();, or VACUUM the table on a schedule")
+		plan.Notes = append(plan.Notes, "autovacuum is off on this server (autovacuum = off); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();, or VACUUM (ANALYZE) the table on a schedule")
 	}
 	if len(absent) > 0 {
 		plan.Mapping, err = m.Without(absent...)
