@@ -409,11 +409,16 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	}
 }
 
+// querier is a pool or one connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // explainPlan returns the text of EXPLAIN query (without ANALYZE: nothing
 // runs).
-func explainPlan(t *testing.T, ctx context.Context, pool *pgxpool.Pool, query string, args ...any) string {
+func explainPlan(t *testing.T, ctx context.Context, db querier, query string, args ...any) string {
 	t.Helper()
-	rows, err := pool.Query(ctx, "EXPLAIN "+query, args...)
+	rows, err := db.Query(ctx, "EXPLAIN "+query, args...)
 	if err != nil {
 		t.Fatalf("explain: %v\n%s", err, query)
 	}

@@ -73,15 +73,7 @@ func TestPlansFollowTheTable(t *testing.T) {
 
 	explain := func(conn *pgx.Conn, stmt string) string {
 		t.Helper()
-		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+stmt)
-		if err != nil {
-			t.Fatalf("explain %s: %v", stmt, err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
+		return explainPlan(t, ctx, conn, "EXECUTE "+stmt)
 	}
 	claimStmt := "claim('" + token + "', 30000000)"
 	completeStmt := "complete('" + token + "', ARRAY['" + token + "'])"
