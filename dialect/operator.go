@@ -31,6 +31,11 @@ type Inspector interface {
 type StatsParams struct {
 	TopTopics int // how many topics to list in the backlog (by pending count)
 	HeldKeys  int // how many held keys to list
+	// WithoutSent tells the dialect that the caller needs no count of sent
+	// rows (the relay's backlog gauges). It is the one count that grows
+	// with every delivered row that retention has not deleted yet; a
+	// dialect may then leave "sent" out of ByState instead of counting.
+	WithoutSent bool
 }
 
 // Stats is a snapshot of the table.

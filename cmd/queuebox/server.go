@@ -128,7 +128,8 @@ func (rt *relayRuntime) refreshBacklog(ctx context.Context) {
 	defer t.Stop()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, backlogInterval)
-		st, err := in.Stats(cctx, dialect.StatsParams{})
+		// No sent count: no gauge shows it, and it grows with the table.
+		st, err := in.Stats(cctx, dialect.StatsParams{WithoutSent: true})
 		cancel()
 		if err == nil {
 			rt.metrics.Pending.Set(float64(st.ByState["pending"]))

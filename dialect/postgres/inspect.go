@@ -33,10 +33,13 @@ func (d *Dialect) Stats(ctx context.Context, p dialect.StatsParams) (dialect.Sta
 		pending, processing, sent, dd int64
 		oldest                        float64
 	)
-	if err := d.pool.QueryRow(ctx, d.queries["stats_counts"]).Scan(&pending, &processing, &sent, &dd, &oldest); err != nil {
+	if err := d.pool.QueryRow(ctx, d.queries["stats_counts"], !p.WithoutSent).Scan(&pending, &processing, &sent, &dd, &oldest); err != nil {
 		return st, interpretError("stats_counts", err)
 	}
 	st.ByState = dialect.CountsByState(pending, processing, sent, dd)
+	if p.WithoutSent {
+		delete(st.ByState, string(outbox.StateSent))
+	}
 	st.OldestPendingAge = seconds(oldest)
 	if p.TopTopics > 0 {
 		rows, err := d.pool.Query(ctx, d.queries["stats_backlog"], p.TopTopics)

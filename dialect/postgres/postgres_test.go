@@ -370,6 +370,9 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		"purge":         explain("purge", "sent", int64(24*time.Hour/time.Microsecond), 1000),
 		"dead_list":     explain("dead_list", nil, nil, nil, 50),
 		"stats_backlog": explain("stats_backlog", 10),
+		// The relay's gauges (StatsParams.WithoutSent). With the sent
+		// count, a table of sent rows may well be read whole.
+		"stats_counts#gauges": explain("stats_counts", false),
 	}
 	for name, plan := range plans {
 		if strings.Contains(plan, "Seq Scan on outbox") {
@@ -387,6 +390,13 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		if !strings.Contains(plans[name], idx) {
 			t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
 		}
+	}
+	const sentRange = "'sent'::text"
+	if counts := explain("stats_counts", true); !strings.Contains(counts, sentRange) {
+		t.Errorf("stats_counts does not count the sent rows:\n%s", counts)
+	}
+	if strings.Contains(plans["stats_counts#gauges"], sentRange) || !strings.Contains(plans["stats_counts#gauges"], "One-Time Filter: false") {
+		t.Errorf("stats_counts without the sent count still reads the sent range:\n%s", plans["stats_counts#gauges"])
 	}
 	if t.Failed() {
 		return

@@ -4,11 +4,13 @@
 -- (outbox_pending_scheduled_idx, outbox_processing_idx, outbox_finished_idx;
 -- an index-only scan once the visibility map is set), so it reads that
 -- state's rows and nothing else; the oldest age is the first entry of the
--- pending index.
+-- pending index. $1 false skips the count of sent rows, the one that grows
+-- with the table (StatsParams.WithoutSent): the planner turns the condition
+-- into a one-time filter, and the sent range is not read.
 SELECT
     (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "pending" }}),
     (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "processing" }}),
-    (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "sent" }}),
+    (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "sent" }} AND $1::boolean),
     (SELECT count(*) FROM {{ .Table }} WHERE {{ col "state" }} = {{ state "dead" }}),
     (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min({{ if has "scheduledAt" }}{{ col "scheduledAt" }}{{ else if has "createdAt" }}{{ col "createdAt" }}{{ else }}now(){{ end }})), 0)::float8
      FROM {{ .Table }}
