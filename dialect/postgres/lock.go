@@ -130,7 +130,11 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, query)
+	// Unnamed, so planned at every execution: a statement without
+	// parameters, once prepared, keeps its first plan whatever
+	// plan_cache_mode says, and that first plan is usually an idle poll's,
+	// made for an empty table (PlanEachExecution).
+	rows, err := tx.Query(ctx, query, pgx.QueryExecModeCacheDescribe)
 	if err != nil {
 		return nil, interpretError("lock claim", err)
 	}

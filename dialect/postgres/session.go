@@ -9,7 +9,11 @@ import (
 // PlanEachExecution sets PostgreSQL's plan_cache_mode = force_custom_plan
 // on the connections made with cc, unless cc already sets plan_cache_mode
 // (in its runtime parameters or its options). The relay opens its pool with
-// it (docs/performance.md, lesson 21).
+// it (docs/performance.md, lesson 21). A setting sent by the client outranks
+// ALTER ROLE, ALTER DATABASE and postgresql.conf, so the connection string
+// is the place to choose otherwise. Statements without parameters keep
+// their first plan whatever plan_cache_mode says; the lock-mode claim,
+// which has none, is therefore run unprepared.
 //
 // By default, after five executions of a prepared statement PostgreSQL may
 // keep one generic plan for it, costed for the table's size at that moment,
@@ -23,11 +27,19 @@ import (
 // execution is planned for the table as it is; the price is the planning,
 // about 0.5 ms per claim.
 func PlanEachExecution(cc *pgx.ConnConfig) {
-	if _, set := cc.RuntimeParams["plan_cache_mode"]; set {
-		return
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
 	}
-	if strings.Contains(cc.RuntimeParams["options"], "plan_cache_mode") {
-		return
+	for k, v := range cc.RuntimeParams {
+		// The server reads -c plan-cache-mode=... in options too.
+		if normalizeSetting(k) == "plan_cache_mode" ||
+			(k == "options" && strings.Contains(normalizeSetting(v), "plan_cache_mode")) {
+			return
+		}
 	}
 	cc.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+}
+
+func normalizeSetting(s string) string {
+	return strings.ReplaceAll(strings.ToLower(s), "-", "_")
 }

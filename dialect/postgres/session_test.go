@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/internal/testenv"
 )
 
@@ -97,16 +99,18 @@ func TestPlansFollowTheTable(t *testing.T) {
 func TestPlanEachExecutionKeepsTheOperatorsChoice(t *testing.T) {
 	for _, url := range []string{
 		"postgres://u@h/db?plan_cache_mode=auto",
+		"postgres://u@h/db?PLAN_CACHE_MODE=auto",
 		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dforce_generic_plan",
+		"postgres://u@h/db?options=-c%20plan-cache-mode%3Dauto",
 	} {
 		cc, err := pgx.ParseConfig(url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := cc.RuntimeParams["plan_cache_mode"]
+		before := len(cc.RuntimeParams)
 		PlanEachExecution(cc)
-		if got := cc.RuntimeParams["plan_cache_mode"]; got != before {
-			t.Errorf("%s: plan_cache_mode = %q, want %q", url, got, before)
+		if _, set := cc.RuntimeParams["plan_cache_mode"]; len(cc.RuntimeParams) != before || (set && !strings.Contains(url, "?plan_cache_mode")) {
+			t.Errorf("%s: runtime parameters changed to %v", url, cc.RuntimeParams)
 		}
 	}
 	cc, err := pgx.ParseConfig("postgres://u@h/db")
@@ -116,5 +120,49 @@ func TestPlanEachExecutionKeepsTheOperatorsChoice(t *testing.T) {
 	PlanEachExecution(cc)
 	if got := cc.RuntimeParams["plan_cache_mode"]; got != "force_custom_plan" {
 		t.Errorf("plan_cache_mode = %q, want force_custom_plan", got)
+	}
+}
+
+// TestRelayClaimsRunNoGenericPlan: on the relay's connections
+// (PlanEachExecution) neither claim ever runs a kept generic plan. The
+// lease claim is planned at each execution; the lock claim has no
+// parameters, and a prepared statement without parameters keeps its first
+// plan whatever plan_cache_mode says, so it is not prepared at all.
+func TestRelayClaimsRunNoGenericPlan(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	cfg := pg.Pool.Config()
+	cfg.MaxConns = 1 // pg_prepared_statements shows one session's statements
+	PlanEachExecution(cfg.ConnConfig)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	lease := newDialect(t, pool)
+	lock, err := NewLockMode(pool, dialect.DefaultMapping(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lock.Close)
+	p := dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-000000000001", Limit: 100, Lease: time.Minute, Window: 1000}
+	for i := 0; i < 8; i++ {
+		for name, d := range map[string]dialect.Dialect{"lease": lease, "lock": lock} {
+			if msgs, err := d.Claim(ctx, p); err != nil || len(msgs) != 0 {
+				t.Fatalf("%s claim on the empty table: %d rows, %v", name, len(msgs), err)
+			}
+		}
+	}
+	var generic, custom int64
+	if err := pool.QueryRow(ctx, `SELECT COALESCE(sum(generic_plans), 0), COALESCE(sum(custom_plans), 0)
+		FROM pg_prepared_statements WHERE statement LIKE '%FOR UPDATE OF c SKIP LOCKED%'
+		  AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&generic, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if generic != 0 {
+		t.Errorf("claims ran %d generic plans, want none", generic)
+	}
+	if custom < 8 {
+		t.Errorf("the lease claim made %d custom plans, want one per execution (8)", custom)
 	}
 }
