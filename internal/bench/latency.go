@@ -116,6 +116,7 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 	if prodErr != nil {
 		return fail(fmt.Errorf("producer: %w", prodErr))
 	}
+	recv.expect(len(committed))
 	select {
 	case <-recv.done:
 	case <-time.After(30 * time.Second):
