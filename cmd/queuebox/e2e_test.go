@@ -456,8 +456,9 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-// TestCheck reports a healthy setup with exit 0, and a missing column with
-// exit 1 and the DDL that adds it.
+// TestCheck reports a healthy setup with exit 0, notes a database.url that
+// keeps PostgreSQL's plan cache, and reports a missing column with exit 1
+// and the DDL that adds it.
 func TestCheck(t *testing.T) {
 	w := newWorld(t, 0)
 	cfg := w.config(t, "")
@@ -467,9 +468,22 @@ func TestCheck(t *testing.T) {
 		out, _ := cmd.CombinedOutput()
 		return cmd.ProcessState.ExitCode(), string(out)
 	}
-	if code, out := run(); code != 0 || strings.Contains(out, "FAIL") {
+	if code, out := run(); code != 0 || strings.Contains(out, "FAIL") || strings.Contains(out, "plan_cache_mode") {
 		t.Fatalf("check on a fresh table: exit %d\n%s", code, out)
 	}
+	healthy := cfg
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = filepath.Join(t.TempDir(), "plan-cache.yaml")
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), w.pg.URL, w.pg.URL+"&plan_cache_mode=auto", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := run(); code != 0 || !strings.Contains(out, "database.url sets plan_cache_mode (auto)") {
+		t.Fatalf("check with plan_cache_mode=auto in the url: exit %d, want 0 and a note\n%s", code, out)
+	}
+	cfg = healthy
 	if _, err := w.pg.Pool.Exec(context.Background(), `ALTER TABLE outbox DROP COLUMN aggregate_type`); err != nil {
 		t.Fatal(err)
 	}

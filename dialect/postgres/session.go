@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -30,14 +31,44 @@ func PlanEachExecution(cc *pgx.ConnConfig) {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
 	}
-	for k, v := range cc.RuntimeParams {
-		// The server reads -c plan-cache-mode=... in options too.
-		if normalizeSetting(k) == "plan_cache_mode" ||
-			(k == "options" && strings.Contains(normalizeSetting(v), "plan_cache_mode")) {
-			return
-		}
+	if _, chosen := chosenPlanCacheMode(cc); chosen {
+		return
 	}
 	cc.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+}
+
+// PlanCacheNote returns a note for `check` and the start log when the
+// connection string chooses a plan_cache_mode other than the one
+// PlanEachExecution would set, and "" otherwise.
+func PlanCacheNote(cc *pgx.ConnConfig) string {
+	mode, chosen := chosenPlanCacheMode(cc)
+	if !chosen || mode == "force_custom_plan" {
+		return ""
+	}
+	return fmt.Sprintf("database.url sets plan_cache_mode (%s), and the relay keeps it: a plan PostgreSQL made while the table was empty may then be kept after it fills, and a claim on a large backlog can take seconds to minutes (docs/performance.md, lesson 21); leave plan_cache_mode out of the URL to have every execution planned", mode)
+}
+
+// chosenPlanCacheMode reports whether cc sets plan_cache_mode, as a runtime
+// parameter or as -c in options (which the server also reads with dashes
+// for underscores), and to what.
+func chosenPlanCacheMode(cc *pgx.ConnConfig) (mode string, chosen bool) {
+	for k, v := range cc.RuntimeParams {
+		if normalizeSetting(k) == "plan_cache_mode" {
+			return strings.ToLower(v), true
+		}
+		if k != "options" {
+			continue
+		}
+		opts := normalizeSetting(v)
+		if i := strings.Index(opts, "plan_cache_mode"); i >= 0 {
+			mode = strings.TrimLeft(opts[i+len("plan_cache_mode"):], " =")
+			if j := strings.IndexAny(mode, " \t"); j >= 0 {
+				mode = mode[:j]
+			}
+			return mode, true
+		}
+	}
+	return "", false
 }
 
 func normalizeSetting(s string) string {

@@ -117,9 +117,35 @@ func TestPlanEachExecutionKeepsTheOperatorsChoice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if note := PlanCacheNote(cc); note != "" {
+		t.Errorf("a URL without plan_cache_mode is noted: %s", note)
+	}
 	PlanEachExecution(cc)
 	if got := cc.RuntimeParams["plan_cache_mode"]; got != "force_custom_plan" {
 		t.Errorf("plan_cache_mode = %q, want force_custom_plan", got)
+	}
+	if note := PlanCacheNote(cc); note != "" {
+		t.Errorf("the relay's own setting is noted: %s", note)
+	}
+}
+
+// TestPlanCacheNote: `check` and the start log say when the connection
+// string keeps PostgreSQL's plan cache, and name the mode it chose.
+func TestPlanCacheNote(t *testing.T) {
+	for url, want := range map[string]string{
+		"postgres://u@h/db?plan_cache_mode=auto":                                      "(auto)",
+		"postgres://u@h/db?options=-c%20plan-cache-mode%3Dforce_generic_plan":         "(force_generic_plan)",
+		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dauto%20-c%20work_mem%3D8MB": "(auto)",
+		"postgres://u@h/db?plan_cache_mode=force_custom_plan":                         "",
+	} {
+		cc, err := pgx.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		note := PlanCacheNote(cc)
+		if want == "" && note != "" || want != "" && !strings.Contains(note, want) {
+			t.Errorf("%s: note %q, want one naming %s", url, note, want)
+		}
 	}
 }
 
