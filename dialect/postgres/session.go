@@ -26,7 +26,7 @@ import (
 // each candidate scans the table for an earlier row of its key — and one
 // claim of 100 rows took 246 s on 60,000 rows. With custom plans every
 // execution is planned for the table as it is; the price is the planning,
-// about 0.5 ms per claim.
+// about 0.3 ms per claim and 0.08 ms per completion.
 func PlanEachExecution(cc *pgx.ConnConfig) {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
