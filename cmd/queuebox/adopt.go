@@ -46,11 +46,11 @@ func openPostgresDialect(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapp
 				Fix:  "map database.columns.aggregateType to a column, or change those templates"})
 		}
 	}
-	if len(plan.Problems) > 0 {
-		return nil, &plan, &schemaError{table: m.Table(func(s string) string { return s }), plan: plan}
-	}
 	if note := postgres.PlanCacheNote(pool.Config().ConnConfig); note != "" {
 		plan.Notes = append(plan.Notes, note)
+	}
+	if len(plan.Problems) > 0 {
+		return nil, &plan, &schemaError{table: m.Table(func(s string) string { return s }), plan: plan}
 	}
 	opts := []postgres.Option{postgres.WithHoldDeadKeys(hold), postgres.WithIDType(plan.IDType),
 		postgres.WithTableClaimTurns(cfg.Relay.ClaimTurns != "replica")}

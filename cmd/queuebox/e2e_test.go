@@ -480,7 +480,7 @@ func TestCheck(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), w.pg.URL, w.pg.URL+"&plan_cache_mode=auto", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := run(); code != 0 || !strings.Contains(out, "database.url sets plan_cache_mode (auto)") {
+	if code, out := run(); code != 0 || !strings.Contains(out, "set plan_cache_mode = auto") {
 		t.Fatalf("check with plan_cache_mode=auto in the url: exit %d, want 0 and a note\n%s", code, out)
 	}
 	cfg = healthy

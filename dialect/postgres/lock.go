@@ -130,11 +130,12 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 	if err != nil {
 		return nil, err
 	}
-	// Unnamed, so planned at every execution: a statement without
+	// Unnamed and uncached (a database.url may turn pgx's caches off), so
+	// planned at every execution: a statement without
 	// parameters, once prepared, keeps its first plan whatever
 	// plan_cache_mode says, and that first plan is usually an idle poll's,
 	// made for an empty table (PlanEachExecution).
-	rows, err := tx.Query(ctx, query, pgx.QueryExecModeCacheDescribe)
+	rows, err := tx.Query(ctx, query, pgx.QueryExecModeExec)
 	if err != nil {
 		return nil, interpretError("lock claim", err)
 	}

@@ -38,37 +38,45 @@ func PlanEachExecution(cc *pgx.ConnConfig) {
 }
 
 // PlanCacheNote returns a note for `check` and the start log when the
-// connection string chooses a plan_cache_mode other than the one
+// connection settings choose a plan_cache_mode other than the one
 // PlanEachExecution would set, and "" otherwise.
 func PlanCacheNote(cc *pgx.ConnConfig) string {
 	mode, chosen := chosenPlanCacheMode(cc)
 	if !chosen || mode == "force_custom_plan" {
 		return ""
 	}
-	return fmt.Sprintf("database.url sets plan_cache_mode (%s), and the relay keeps it: a plan PostgreSQL made while the table was empty may then be kept after it fills, and a claim on a large backlog can take seconds to minutes (docs/performance.md, lesson 21); leave plan_cache_mode out of the URL to have every execution planned", mode)
+	return fmt.Sprintf("the connection settings (database.url or PGOPTIONS) set plan_cache_mode = %s, and the relay keeps it: a plan PostgreSQL made while the table was empty may then be kept after it fills, and a claim on a large backlog can take seconds to minutes (docs/performance.md, lesson 21); leave plan_cache_mode out to have every execution planned", mode)
 }
 
-// chosenPlanCacheMode reports whether cc sets plan_cache_mode, as a runtime
-// parameter or as -c in options (which the server also reads with dashes
-// for underscores), and to what.
+// chosenPlanCacheMode reports whether cc sets plan_cache_mode, and to what,
+// the way the server reads it: a startup parameter of that name (any case)
+// outranks options, where the last of -c name=value, -cname=value and
+// --name=value wins, with dashes in the name read as underscores.
 func chosenPlanCacheMode(cc *pgx.ConnConfig) (mode string, chosen bool) {
 	for k, v := range cc.RuntimeParams {
 		if normalizeSetting(k) == "plan_cache_mode" {
 			return strings.ToLower(v), true
 		}
-		if k != "options" {
+	}
+	fields := strings.Fields(cc.RuntimeParams["options"])
+	for i := 0; i < len(fields); i++ {
+		f := fields[i]
+		switch {
+		case f == "-c" && i+1 < len(fields):
+			i++
+			f = fields[i]
+		case strings.HasPrefix(f, "-c"):
+			f = f[2:]
+		case strings.HasPrefix(f, "--"):
+			f = f[2:]
+		default:
 			continue
 		}
-		opts := normalizeSetting(v)
-		if i := strings.Index(opts, "plan_cache_mode"); i >= 0 {
-			mode = strings.TrimLeft(opts[i+len("plan_cache_mode"):], " =")
-			if j := strings.IndexAny(mode, " \t"); j >= 0 {
-				mode = mode[:j]
-			}
-			return mode, true
+		if name, value, ok := strings.Cut(f, "="); ok && normalizeSetting(name) == "plan_cache_mode" {
+			mode, chosen = strings.ToLower(value), true
 		}
 	}
-	return "", false
+	return mode, chosen
 }
 
 func normalizeSetting(s string) string {

@@ -133,10 +133,16 @@ func TestPlanEachExecutionKeepsTheOperatorsChoice(t *testing.T) {
 // string keeps PostgreSQL's plan cache, and name the mode it chose.
 func TestPlanCacheNote(t *testing.T) {
 	for url, want := range map[string]string{
-		"postgres://u@h/db?plan_cache_mode=auto":                                      "(auto)",
-		"postgres://u@h/db?options=-c%20plan-cache-mode%3Dforce_generic_plan":         "(force_generic_plan)",
-		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dauto%20-c%20work_mem%3D8MB": "(auto)",
+		"postgres://u@h/db?plan_cache_mode=auto":                                      "= auto",
+		"postgres://u@h/db?options=-c%20plan-cache-mode%3Dforce_generic_plan":         "= force_generic_plan",
+		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dauto%20-c%20work_mem%3D8MB": "= auto",
 		"postgres://u@h/db?plan_cache_mode=force_custom_plan":                         "",
+		"postgres://u@h/db?options=-cplan_cache_mode%3Dauto":                          "= auto",
+		"postgres://u@h/db?options=--plan-cache-mode%3Dauto":                          "= auto",
+		// The last -c wins, as on the server.
+		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dauto%20-c%20plan_cache_mode%3Dforce_custom_plan": "",
+		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dforce_custom_plan%20-c%20plan_cache_mode%3Dauto": "= auto",
+		"postgres://u@h/db?options=-c%20application_name%3Dplan_cache_mode":                                "",
 	} {
 		cc, err := pgx.ParseConfig(url)
 		if err != nil {

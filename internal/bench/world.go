@@ -306,6 +306,7 @@ type receipts struct {
 	seen   map[string]time.Time
 	done   chan struct{}
 	doneAt time.Time
+	last   time.Time // the latest arrival
 	dupes  int
 }
 
@@ -321,6 +322,9 @@ func (r *receipts) add(id string, at time.Time) {
 		return
 	}
 	r.seen[id] = at
+	if at.After(r.last) {
+		r.last = at
+	}
 	if len(r.seen) == r.want {
 		r.finish(at)
 	}
@@ -333,7 +337,7 @@ func (r *receipts) expect(n int) {
 	defer r.mu.Unlock()
 	r.want = n
 	if len(r.seen) >= n {
-		r.finish(time.Now())
+		r.finish(r.last)
 	}
 }
 
@@ -365,7 +369,10 @@ func (r *receipts) wait(ctx context.Context, receiver string) (time.Time, error)
 	case <-r.done:
 		return r.doneAt, nil
 	case <-ctx.Done():
-		return time.Time{}, fmt.Errorf("%s has %d of %d rows: %w", receiver, r.count(), r.want, ctx.Err())
+		r.mu.Lock()
+		want := r.want
+		r.mu.Unlock()
+		return time.Time{}, fmt.Errorf("%s has %d of %d rows: %w", receiver, r.count(), want, ctx.Err())
 	}
 }
 
