@@ -306,7 +306,6 @@ type receipts struct {
 	seen   map[string]time.Time
 	done   chan struct{}
 	doneAt time.Time
-	last   time.Time // the latest arrival
 	dupes  int
 }
 
@@ -322,9 +321,6 @@ func (r *receipts) add(id string, at time.Time) {
 		return
 	}
 	r.seen[id] = at
-	if at.After(r.last) {
-		r.last = at
-	}
 	if len(r.seen) == r.want {
 		r.finish(at)
 	}
@@ -337,7 +333,13 @@ func (r *receipts) expect(n int) {
 	defer r.mu.Unlock()
 	r.want = n
 	if len(r.seen) >= n {
-		r.finish(r.last)
+		var last time.Time // the latest arrival
+		for _, at := range r.seen {
+			if at.After(last) {
+				last = at
+			}
+		}
+		r.finish(last)
 	}
 }
 
