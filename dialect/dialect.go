@@ -121,6 +121,18 @@ type ReleaseExpiredParams struct {
 	Limit int
 }
 
+// InFlightReporter is implemented by dialects that can tell whether any
+// relay has a batch in flight on the table: a row in the processing state
+// under an unexpired lease. The engine asks before an unbounded claim that
+// would walk the whole backlog because a bounded one found nothing
+// (relay/claim.go): another relay's batch in flight explains an empty
+// window as well as one of its own, and that relay will find the rows
+// behind it when its batch is done. An error, or a dialect that does not
+// implement it, runs the unbounded claim as before.
+type InFlightReporter interface {
+	InFlight(ctx context.Context) (bool, error)
+}
+
 // BatchCommitter is implemented by dialects whose claim holds a batch open
 // until the engine is done with it: lock mode (docs/adopting.md), where the
 // claim locks the rows in a transaction that stays open while the batch is

@@ -96,6 +96,12 @@ func RenderLock(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 	return renderFiles(lockFiles, "sql/lock", lockQueryNames, m, newOptions(opts))
 }
 
+// InFlight implements dialect.InFlightReporter for lock mode, which cannot
+// tell: its batches in flight are row locks, not a state other relays can
+// read. It always reports none, so an engine in lock mode runs its
+// unbounded claims as it did before the check existed.
+func (d *LockDialect) InFlight(context.Context) (bool, error) { return false, nil }
+
 // LockTimeout is the bound on each batch's transaction.
 func (d *LockDialect) LockTimeout() time.Duration { return d.timeout }
 

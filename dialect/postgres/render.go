@@ -17,7 +17,7 @@ import (
 // (NewLockMode) renders sql/lock/ in their place.
 var leaseOnly = map[string]bool{
 	"claim": true, "complete": true, "dead": true, "release": true,
-	"release_expired": true, "renew": true, "retry": true,
+	"release_expired": true, "renew": true, "retry": true, "in_flight": true,
 }
 
 // WithIDType sets the SQL type of the table's id column (uuid, bigint,
