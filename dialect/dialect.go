@@ -65,6 +65,15 @@ type ClaimParams struct {
 	// relay's claims share. Such a claim returns ErrClaimTurnBusy. A
 	// dialect may ignore Poll.
 	Poll bool
+	// IdleOnly makes the claim return no rows when any row of the table is
+	// processing under an unexpired lease (some relay has a batch in
+	// flight), judged on the claim's own snapshot. The engine sets it on
+	// the unbounded claim it runs after a windowed one found nothing: a
+	// batch in flight explains the empty window, and the relay whose batch
+	// it is reaches the rows behind the window once it is done, so nobody
+	// walks the backlog for nothing meanwhile (relay/claim.go). A dialect
+	// may ignore IdleOnly.
+	IdleOnly bool
 }
 
 // ErrClaimTurnBusy is what a poll (ClaimParams.Poll) returns when another
@@ -119,18 +128,6 @@ type ReleaseParams struct {
 // ReleaseExpiredParams are the inputs of Dialect.ReleaseExpired.
 type ReleaseExpiredParams struct {
 	Limit int
-}
-
-// InFlightReporter is implemented by dialects that can tell whether any
-// relay has a batch in flight on the table: a row in the processing state
-// under an unexpired lease. The engine asks before an unbounded claim that
-// would walk the whole backlog because a bounded one found nothing
-// (relay/claim.go): another relay's batch in flight explains an empty
-// window as well as one of its own, and that relay will find the rows
-// behind it when its batch is done. An error, or a dialect that does not
-// implement it, runs the unbounded claim as before.
-type InFlightReporter interface {
-	InFlight(ctx context.Context) (bool, error)
 }
 
 // BatchCommitter is implemented by dialects whose claim holds a batch open

@@ -382,7 +382,7 @@ func sortedKeys(m map[string]string) []string {
 // dialect's tests check it.
 func QueryNames() []string {
 	return []string{
-		"claim", "complete", "dead", "dead_list", "dead_release", "in_flight", "purge", "release", "release_expired",
+		"claim", "complete", "dead", "dead_list", "dead_release", "purge", "release", "release_expired",
 		"renew", "replay", "replay_select", "retry", "stats_backlog", "stats_counts", "stats_held_keys",
 	}
 }

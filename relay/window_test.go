@@ -68,6 +68,9 @@ func TestLockModeReachesRowsBeyondTheWindow(t *testing.T) {
 // windowCounts counts what windowed and unbounded claims return.
 type windowCounts struct {
 	windowedEmpty, unboundedClaims, unboundedRows atomic.Int64
+	// unboundedAnyway counts unbounded claims that would run beside a
+	// batch in flight (no ClaimParams.IdleOnly).
+	unboundedAnyway atomic.Int64
 }
 
 func (c *windowCounts) observe(p dialect.ClaimParams, msgs []outbox.Message, err error) {
@@ -78,6 +81,9 @@ func (c *windowCounts) observe(p dialect.ClaimParams, msgs []outbox.Message, err
 	case p.Window == 0:
 		c.unboundedClaims.Add(1)
 		c.unboundedRows.Add(int64(len(msgs)))
+		if !p.IdleOnly {
+			c.unboundedAnyway.Add(1)
+		}
 	}
 }
 
@@ -94,9 +100,7 @@ func (r *windowRecorder) Claim(ctx context.Context, p dialect.ClaimParams) ([]ou
 	return msgs, err
 }
 
-// leaseWindowRecorder is lease mode watched the same way. Embedding the
-// dialect keeps its InFlight (dialect.InFlightReporter) visible to the
-// engine.
+// leaseWindowRecorder is lease mode watched the same way.
 type leaseWindowRecorder struct {
 	*postgres.Dialect
 	windowCounts
@@ -109,12 +113,13 @@ func (r *leaseWindowRecorder) Claim(ctx context.Context, p dialect.ClaimParams) 
 }
 
 // TestUnboundedClaimWaitsForOtherRelaysBatches: when the window comes back
-// empty while another relay has a batch in flight on the table, the engine
-// does not walk the backlog: that batch explains the empty window, and its
-// relay will find the rows behind it. Once no batch is in flight, the
-// unbounded claim runs and reaches the heads beyond the window (lesson 22
-// of docs/performance.md: three replicas at batch 1,000 each walked 50,000
-// rows for nothing, holding the table's claim turn).
+// empty while another relay has a batch in flight on the table, the
+// engine's unbounded claim takes nothing (ClaimParams.IdleOnly): that batch
+// explains the empty window, and its relay will find the rows behind it.
+// Once no batch is in flight, the unbounded claim reaches the heads beyond
+// the window (lesson 22 of docs/performance.md: three replicas at batch
+// 1,000 each walked 50,000 rows for nothing, holding the table's claim
+// turn).
 func TestUnboundedClaimWaitsForOtherRelaysBatches(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 60*time.Second)
@@ -139,17 +144,20 @@ func TestUnboundedClaimWaitsForOtherRelaysBatches(t *testing.T) {
 		MaxPollInterval: 100 * time.Millisecond})
 	runEngine(t, e)
 
-	// Windowed claims find nothing, and no unbounded claim runs while the
-	// other relay's batch is in flight.
+	// Windowed claims find nothing, and the unbounded claim takes nothing
+	// while the other relay's batch is in flight: the late heads wait.
 	deadline := time.Now().Add(20 * time.Second)
-	for rec.windowedEmpty.Load() < 5 && time.Now().Before(deadline) {
+	for (rec.windowedEmpty.Load() < 5 || rec.unboundedClaims.Load() < 1) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := rec.windowedEmpty.Load(); n < 5 {
-		t.Fatalf("%d windowed claims came back empty, want at least 5", n)
+	if w, u := rec.windowedEmpty.Load(), rec.unboundedClaims.Load(); w < 5 || u < 1 {
+		t.Fatalf("%d windowed claims came back empty and %d unbounded claims ran, want at least 5 and 1", w, u)
 	}
-	if n := rec.unboundedClaims.Load(); n != 0 {
-		t.Fatalf("%d unbounded claims ran while another relay had a batch in flight, want 0", n)
+	if n := rec.unboundedRows.Load(); n != 0 {
+		t.Fatalf("unbounded claims took %d rows while another relay had a batch in flight, want 0", n)
+	}
+	if n := rec.unboundedAnyway.Load(); n != 0 {
+		t.Fatalf("%d unbounded claims were not made to wait for batches in flight (ClaimParams.IdleOnly)", n)
 	}
 
 	// The other relay's batch is done: nothing explains the empty window

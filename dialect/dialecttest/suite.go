@@ -45,7 +45,6 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"NullAndEmptyKeysUnordered", testUnkeyed},
 		{"EmptyInputs", testEmptyInputs},
 		{"ClaimWindow", testClaimWindow},
-		{"InFlight", testInFlight},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

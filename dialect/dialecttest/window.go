@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/outbox"
 )
 
 // testClaimWindow: a windowed claim considers only rows within Window
@@ -57,70 +56,5 @@ func testClaimWindow(t *testing.T, h Harness) {
 	msgs = claim(t, ctx, h, newToken(), 10, time.Minute)
 	if len(msgs) != 2 || msgs[0].Key != "late-1" || msgs[1].Key != "late-2" {
 		t.Fatalf("unbounded claim returned %d rows, want the two late heads", len(msgs))
-	}
-}
-
-// testInFlight: InFlight (dialect.InFlightReporter) reports a row held
-// under an unexpired lease, and nothing once every lease has ended: by
-// completion, by release, or by expiry on the database clock. The engine
-// skips its unbounded claim while it reports true (relay/claim.go), so a
-// false true would delay rows behind the window and a false false would
-// cost a walk of the backlog.
-func testInFlight(t *testing.T, h Harness) {
-	ctx := testContext(t)
-	r, ok := h.Dialect().(dialect.InFlightReporter)
-	if !ok {
-		t.Fatalf("%T does not implement dialect.InFlightReporter", h.Dialect())
-	}
-	inFlight := func() bool {
-		t.Helper()
-		busy, err := r.InFlight(ctx)
-		if err != nil {
-			t.Fatalf("InFlight: %v", err)
-		}
-		return busy
-	}
-	if inFlight() {
-		t.Fatal("InFlight reports a batch on an empty table")
-	}
-	insert(t, ctx, h, Row{Key: "a"}, Row{Key: "b"}, Row{})
-	if inFlight() {
-		t.Fatal("InFlight reports a batch when every row is pending")
-	}
-
-	// Completed: nothing held.
-	tok := newToken()
-	msgs := claim(t, ctx, h, tok, 1, longLease)
-	if !inFlight() {
-		t.Fatal("InFlight reports nothing while a row is claimed under a live lease")
-	}
-	n, err := h.Dialect().Complete(ctx, dialect.CompleteParams{Token: tok, IDs: idsOf(msgs)})
-	wantAffected(t, "complete", n, err, 1)
-	if inFlight() {
-		t.Fatal("InFlight reports a batch after its only row was completed")
-	}
-
-	// Released: nothing held.
-	tok = newToken()
-	msgs = claim(t, ctx, h, tok, 1, longLease)
-	n, err = h.Dialect().Release(ctx, dialect.ReleaseParams{Token: tok, IDs: idsOf(msgs)})
-	wantAffected(t, "release", n, err, 1)
-	if inFlight() {
-		t.Fatal("InFlight reports a batch after its only row was released")
-	}
-
-	// Expired on the database clock: still processing, no longer held.
-	msgs = claim(t, ctx, h, newToken(), 1, longLease)
-	if !inFlight() {
-		t.Fatal("InFlight reports nothing while a row is claimed under a live lease")
-	}
-	if err := h.ExpireLease(ctx, msgs[0].ID); err != nil {
-		t.Fatalf("expire lease: %v", err)
-	}
-	if got := row(t, ctx, h, msgs[0].ID); got.State != outbox.StateProcessing {
-		t.Fatalf("row %s is %s after its lease expired, want still processing (nothing reaped it)", msgs[0].ID, got.State)
-	}
-	if inFlight() {
-		t.Fatal("InFlight counts a processing row whose lease has expired")
 	}
 }

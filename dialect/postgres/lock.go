@@ -96,12 +96,6 @@ func RenderLock(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 	return renderFiles(lockFiles, "sql/lock", lockQueryNames, m, newOptions(opts))
 }
 
-// InFlight implements dialect.InFlightReporter for lock mode, which cannot
-// tell: its batches in flight are row locks, not a state other relays can
-// read. It always reports none, so an engine in lock mode runs its
-// unbounded claims as it did before the check existed.
-func (d *LockDialect) InFlight(context.Context) (bool, error) { return false, nil }
-
 // LockTimeout is the bound on each batch's transaction.
 func (d *LockDialect) LockTimeout() time.Duration { return d.timeout }
 
@@ -132,7 +126,8 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 		set_config('statement_timeout', $1, true)`, ms); err != nil {
 		return nil, interpretError("lock claim", err)
 	}
-	query, err := d.claims.sql(p.Limit, p.Window)
+	// IdleOnly is ignored: lock mode has no processing rows to wait for.
+	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window})
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func TestRenderAbsentColumns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q["lock/claim#window"], err = shapes.sql(100, 1000); err != nil {
+	if q["lock/claim#window"], err = shapes.sql(claimShape{limit: 100, window: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	for name, sql := range q {

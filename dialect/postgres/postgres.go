@@ -26,10 +26,7 @@ var sqlFiles embed.FS
 // truncated by the server, so they are refused here.
 const maxIdentLen = 63
 
-var (
-	_ dialect.Dialect          = (*Dialect)(nil)
-	_ dialect.InFlightReporter = (*Dialect)(nil)
-)
+var _ dialect.Dialect = (*Dialect)(nil)
 
 // Dialect is the PostgreSQL dialect: the delivery-path SQL rendered for one
 // mapping, run on a pgx pool.
@@ -175,7 +172,7 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if p.Lease <= 0 {
 		return nil, errors.New("postgres: claim: lease must be positive")
 	}
-	query, err := d.claims.sql(p.Limit, p.Window)
+	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window, idleOnly: p.IdleOnly})
 	if err != nil {
 		return nil, err
 	}
@@ -329,16 +326,6 @@ func (d *Dialect) ReleaseExpired(ctx context.Context, p dialect.ReleaseExpiredPa
 		return 0, nil
 	}
 	return d.exec(ctx, "release_expired", p.Limit)
-}
-
-// InFlight implements dialect.InFlightReporter: whether any row of the
-// table is processing under an unexpired lease.
-func (d *Dialect) InFlight(ctx context.Context) (bool, error) {
-	var n int
-	if err := d.pool.QueryRow(ctx, d.queries["in_flight"]).Scan(&n); err != nil {
-		return false, interpretError("in_flight", err)
-	}
-	return n > 0, nil
 }
 
 func (d *Dialect) exec(ctx context.Context, name string, args ...any) (int64, error) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -350,9 +351,11 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		query := d.queries[name]
 		switch name {
 		case "claim":
-			query, err = d.claims.sql(100, 0)
+			query, err = d.claims.sql(claimShape{limit: 100, window: 0})
 		case "claim#window":
-			query, err = d.claims.sql(100, 1000)
+			query, err = d.claims.sql(claimShape{limit: 100, window: 1000})
+		case "claim#idle":
+			query, err = d.claims.sql(claimShape{limit: 100, idleOnly: true})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -363,6 +366,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	plans := map[string]string{
 		"claim":           explain("claim", token, int64(30e6)),
 		"claim#window":    explain("claim#window", token, int64(30e6)),
+		"claim#idle":      explain("claim#idle", token, int64(30e6)),
 		"release_expired": explain("release_expired", 100),
 		"complete":        explain("complete", token, []string{token}),
 		// The operator queries on finished and pending rows (migration
@@ -379,7 +383,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 			t.Errorf("%s plan scans the whole table:\n%s", name, plan)
 		}
 	}
-	for _, name := range []string{"claim", "claim#window"} {
+	for _, name := range []string{"claim", "claim#window", "claim#idle"} {
 		for _, idx := range []string{"outbox_claim_idx", "outbox_key_sequence_idx"} {
 			if !strings.Contains(plans[name], idx) {
 				t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
@@ -390,6 +394,9 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		if !strings.Contains(plans[name], idx) {
 			t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
 		}
+	}
+	if idle := plans["claim#idle"]; !strings.Contains(idle, "One-Time Filter") || !strings.Contains(idle, "outbox_processing_idx") {
+		t.Errorf("the idle-only claim does not test for batches in flight once, on the processing index, before its scan:\n%s", idle)
 	}
 	const sentRange = "'sent'::text"
 	if counts := explain("stats_counts", true); !strings.Contains(counts, sentRange) {
@@ -475,7 +482,7 @@ func TestClaimKeepsTheOrderedScan(t *testing.T) {
 		t.Fatalf("setup: heap correlation with sequence %.2f, want about 0", correlation)
 	}
 	for name, shapes := range map[string]*claimShapes{"lease": d.claims, "lock": lock.claims} {
-		query, err := shapes.sql(100, 1000)
+		query, err := shapes.sql(claimShape{limit: 100, window: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -499,7 +506,7 @@ func TestClaimShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	windowed, err := c.sql(250, 4000)
+	windowed, err := c.sql(claimShape{limit: 250, window: 4000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +518,7 @@ func TestClaimShapes(t *testing.T) {
 	if strings.Contains(windowed, "$3") || strings.Contains(windowed, "$4") {
 		t.Errorf("windowed claim has more than two parameters:\n%s", windowed)
 	}
-	full, err := c.sql(250, 0)
+	full, err := c.sql(claimShape{limit: 250, window: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +526,7 @@ func TestClaimShapes(t *testing.T) {
 		t.Errorf("unbounded claim is wrong:\n%s", full)
 	}
 	for i := 0; i < 2*maxClaimShapes; i++ {
-		if _, err := c.sql(i+1, 0); err != nil {
+		if _, err := c.sql(claimShape{limit: i + 1, window: 0}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -629,5 +636,65 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	}
 	if held != 0 {
 		t.Fatalf("%d advisory locks held after a poll: the turn outlived its claim", held)
+	}
+}
+
+// TestIdleOnlyClaimWaitsForBatchesInFlight: a claim with IdleOnly takes
+// nothing while any row is processing under an unexpired lease, and does
+// not even start its scan (the engine's unbounded claim: relay/claim.go);
+// an expired lease or a completed batch no longer counts.
+func TestIdleOnlyClaimWaitsForBatchesInFlight(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'idle.' || g, '{}' FROM generate_series(1, 4) AS g`)
+	idleClaim := func(limit int) []outbox.Message {
+		t.Helper()
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: limit, Lease: time.Hour, IdleOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msgs
+	}
+	first, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 1, Lease: time.Hour})
+	if err != nil || len(first) != 1 {
+		t.Fatalf("claim: %d rows, %v", len(first), err)
+	}
+	if got := idleClaim(10); len(got) != 0 {
+		t.Fatalf("idle-only claim took %d rows while a batch was in flight, want 0", len(got))
+	}
+	// The scan did not start: the test for batches in flight is a one-time
+	// filter, evaluated before it.
+	query, err := d.claims.sql(claimShape{limit: 10, idleOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	plan := explainPlan(t, ctx, tx, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+query, uuid.NewString(), int64(30e6))
+	if !strings.Contains(plan, "outbox_claim_idx on outbox c (never executed)") {
+		t.Errorf("idle-only claim beside a batch in flight scanned the pending rows:\n%s", plan)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// An expired lease does not count (the reaper has not run yet: the row
+	// is still processing).
+	pg.MustExec(t, ctx, `UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, first[0].ID)
+	second := idleClaim(1)
+	if len(second) != 1 {
+		t.Fatalf("idle-only claim took %d rows beside an expired lease only, want 1", len(second))
+	}
+	if got := idleClaim(10); len(got) != 0 {
+		t.Fatalf("idle-only claim took %d rows while a batch was in flight, want 0", len(got))
+	}
+	// A completed batch does not count.
+	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'sent', lease_expires_at = NULL WHERE id = $1`, second[0].ID)
+	if got := idleClaim(10); len(got) != 2 {
+		t.Fatalf("idle-only claim took %d rows with no batch in flight, want the 2 pending", len(got))
 	}
 }

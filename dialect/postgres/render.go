@@ -17,7 +17,7 @@ import (
 // (NewLockMode) renders sql/lock/ in their place.
 var leaseOnly = map[string]bool{
 	"claim": true, "complete": true, "dead": true, "release": true,
-	"release_expired": true, "renew": true, "retry": true, "in_flight": true,
+	"release_expired": true, "renew": true, "retry": true,
 }
 
 // WithIDType sets the SQL type of the table's id column (uuid, bigint,
@@ -105,18 +105,30 @@ type renderData struct {
 	// literals in the SQL, not bind parameters; see claimShapes.
 	Limit  int
 	Window int
+	// IdleOnly renders the claim that takes nothing while any batch is in
+	// flight on the table (dialect.ClaimParams.IdleOnly; claim.sql only).
+	IdleOnly bool
 }
 
 // renderLimit is the LIMIT of the claim statements that Render and
 // RenderLock return for inspection; the dialects render one claim per
-// (limit, window) they are asked for.
+// shape (claimShape) they are asked for.
 const renderLimit = 100
 
 // maxClaimShapes bounds the claim statements one dialect keeps rendered. An
-// engine asks for two (windowed and unbounded) of one batch size.
+// engine asks for three at most: windowed, of the batch size and of its
+// share, and the unbounded one that waits for idle (IdleOnly).
 const maxClaimShapes = 16
 
-// claimShapes renders a claim statement per (limit, window) shape, once.
+// claimShape is what a rendered claim statement is made for: its LIMIT, its
+// window (0: unbounded) and whether it takes nothing while a batch is in
+// flight.
+type claimShape struct {
+	limit, window int
+	idleOnly      bool
+}
+
+// claimShapes renders a claim statement per shape (claimShape), once.
 //
 // The batch size and the window are written into the SQL as literals: as
 // bind parameters, a generic plan (made without their values) looked worse
@@ -129,7 +141,7 @@ type claimShapes struct {
 	data renderData
 
 	mu     sync.Mutex
-	shapes map[[2]int]string
+	shapes map[claimShape]string
 }
 
 // newClaimShapes parses the claim template file of fsys for m.
@@ -138,25 +150,24 @@ func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*cla
 	if err != nil {
 		return nil, err
 	}
-	c := &claimShapes{tmpl: tmpl, data: renderDataFor(m, o), shapes: map[[2]int]string{}}
-	if _, err := c.sql(renderLimit, 0); err != nil { // fail at start, not at the first claim
+	c := &claimShapes{tmpl: tmpl, data: renderDataFor(m, o), shapes: map[claimShape]string{}}
+	if _, err := c.sql(claimShape{limit: renderLimit, idleOnly: true}); err != nil { // fail at start, not at the first claim
 		return nil, err
 	}
 	return c, nil
 }
 
-// sql returns the claim statement for limit rows within window sequence
-// numbers (0 or less: unbounded).
-func (c *claimShapes) sql(limit, window int) (string, error) {
-	window = max(window, 0)
-	key := [2]int{limit, window}
+// sql returns the claim statement of shape key (a window of 0 or less:
+// unbounded).
+func (c *claimShapes) sql(key claimShape) (string, error) {
+	key.window = max(key.window, 0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if q, ok := c.shapes[key]; ok {
 		return q, nil
 	}
 	d := c.data
-	d.Limit, d.Window = limit, window
+	d.Limit, d.Window, d.IdleOnly = key.limit, key.window, key.idleOnly
 	q, err := execute(c.tmpl, d)
 	if err != nil {
 		return "", err

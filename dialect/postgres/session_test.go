@@ -26,7 +26,7 @@ func TestPlansFollowTheTable(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 90*time.Second)
 	d := newDialect(t, pg.Pool)
-	claim, err := d.claims.sql(100, 1000)
+	claim, err := d.claims.sql(claimShape{limit: 100, window: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,10 +43,7 @@ const maxMillis = math.MaxInt32
 // it as a deadlock victim (error 1205) before returning the error.
 const claimAttempts = 3
 
-var (
-	_ dialect.Dialect          = (*Dialect)(nil)
-	_ dialect.InFlightReporter = (*Dialect)(nil)
-)
+var _ dialect.Dialect = (*Dialect)(nil)
 
 // Dialect is the SQL Server dialect: the delivery-path and operator SQL
 // rendered for one mapping, run on a database/sql pool of the go-mssqldb
@@ -399,16 +396,6 @@ func (d *Dialect) ReleaseExpired(ctx context.Context, p dialect.ReleaseExpiredPa
 		return 0, nil
 	}
 	return d.exec(ctx, "release_expired", sql.Named("limit", int64(p.Limit)))
-}
-
-// InFlight implements dialect.InFlightReporter: whether any row of the
-// table is processing under an unexpired lease.
-func (d *Dialect) InFlight(ctx context.Context) (bool, error) {
-	var n int
-	if err := d.db.QueryRowContext(ctx, d.queries["in_flight"]).Scan(&n); err != nil {
-		return false, interpretError("in_flight", err)
-	}
-	return n > 0, nil
 }
 
 func (d *Dialect) exec(ctx context.Context, name string, args ...any) (int64, error) {

@@ -24,6 +24,14 @@
 -- replayed or `queuebox dead release` clears held_at. The head-of-key
 -- condition is one shared template, head_of_key.tmpl; the bounded candidate
 -- window (.Window) another, claim_window.tmpl.
+--
+-- .IdleOnly (dialect.ClaimParams.IdleOnly) renders the claim that takes
+-- nothing while any row is processing under an unexpired lease: an
+-- uncorrelated condition, which PostgreSQL evaluates once, before the scan,
+-- on the claim's snapshot (a one-time filter: with a batch in flight the
+-- statement reads a few entries of the processing index and stops). The
+-- engine runs it as the unbounded claim after an empty window. Taken after
+-- the table's claim turn, its snapshot includes every claim before it.
 WITH candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
@@ -31,6 +39,13 @@ WITH candidates AS (
       {{ if has "scheduledAt" }}AND c.{{ col "scheduledAt" }} <= now(){{ end }}
 {{- template "headOfKey" (alias "c") }}
 {{- template "claimWindow" . }}
+{{- if .IdleOnly }}
+      AND NOT EXISTS (
+          SELECT 1
+          FROM {{ .Table }} AS f
+          WHERE f.{{ col "state" }} = {{ state "processing" }}
+            AND f.{{ col "leaseExpiresAt" }} > now())
+{{- end }}
     ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
     LIMIT {{ .Limit }}
     FOR UPDATE OF c SKIP LOCKED
