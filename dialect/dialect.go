@@ -65,15 +65,20 @@ type ClaimParams struct {
 	// relay's claims share. Such a claim returns ErrClaimTurnBusy. A
 	// dialect may ignore Poll.
 	Poll bool
-	// IdleOnly makes the claim return no rows when any row of the table is
-	// processing under an unexpired lease (some relay has a batch in
-	// flight), judged on the claim's own snapshot. The engine sets it on
-	// the unbounded claim it runs after a windowed one found nothing: a
-	// batch in flight explains the empty window, and the relay whose batch
-	// it is reaches the rows behind the window once it is done, so nobody
-	// walks the backlog for nothing meanwhile (relay/claim.go). A dialect
-	// may ignore IdleOnly.
-	IdleOnly bool
+	// IdleWindow, when positive, makes the claim return no rows while a
+	// row whose sequence is less than IdleWindow above the first due
+	// pending row's is processing under an unexpired lease, judged on the
+	// claim's own snapshot: a batch in flight that explains why a claim
+	// with Window = IdleWindow found nothing (its heads are in that batch).
+	// The engine sets it on the unbounded claim it runs after such an
+	// empty windowed claim, so that nobody walks the backlog for nothing
+	// while that batch is out (relay/claim.go). Batches further back
+	// explain nothing and do not count: when the window is pinned (a dead
+	// row held, a head waiting for its retry, with many due rows of its key
+	// behind it), every batch comes from unbounded claims and beyond the
+	// window, and the relays must keep claiming side by side. A dialect
+	// may ignore IdleWindow.
+	IdleWindow int
 }
 
 // ErrClaimTurnBusy is what a poll (ClaimParams.Poll) returns when another

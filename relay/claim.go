@@ -21,17 +21,17 @@ import (
 // belong to keys whose head waits for a retry or sits behind an open
 // circuit — so when it comes back empty while this engine has no batch in
 // flight, the engine runs the unbounded claim, which takes nothing while
-// another relay has one (ClaimParams.IdleOnly: nothing may explain the
-// emptiness); if that comes back short too, the next unbounded claim
+// another relay has one in the window (ClaimParams.IdleWindow: nothing may
+// explain the emptiness); if that comes back short too, the next unbounded claim
 // waits fullScanMinWait, doubling to fullScanMaxWait, and at least
 // fullScanCostFactor times as long as the barren scan took: a full scan
 // may cost a replica at most ~1/fullScanCostFactor of the database's time.
 // (Other replicas' in-flight heads also empty the window; before this
 // bound, two idle replicas re-walking a 50,000-row backlog every few
 // seconds took a third of the database from the one replica that had
-// work; before IdleOnly, each replica's first such walk came before any
-// backoff.) An unbounded claim that IdleOnly kept from running counts as a
-// short one for the backoff.
+// work; before IdleWindow, each replica's first such walk came before any
+// backoff.) An unbounded claim that IdleWindow kept from running counts as
+// a short one for the backoff.
 const (
 	claimWindowFactor  = 4
 	claimWindowMin     = 1000
@@ -114,17 +114,17 @@ func (e *Engine) claim(ctx context.Context, token string, limit int, poll bool) 
 	if err != nil || len(msgs) > 0 || !e.policy.fullScanDue() {
 		return msgs, err
 	}
-	// The unbounded claim takes nothing while any relay has a batch in
-	// flight (IdleOnly): that batch explains the empty window as well as
-	// one of ours would, and the relay whose batch it is reaches the rows
-	// behind the window itself once it is done. Without it, with 1,000
-	// keys at batch 1,000 and three replicas, the heads sat in two
-	// replicas' batches and the third walked the whole backlog for nothing
-	// (270–660 ms at 50,000 rows, holding the table's claim turn;
-	// docs/performance.md, lesson 22). Judged on the claim's own snapshot,
-	// after the claim turn: a pre-check in a statement of its own raced
-	// with the claims between the two.
-	p.Window, p.IdleOnly = 0, true
+	// The unbounded claim takes nothing while a batch of any relay is in
+	// flight within the window (IdleWindow): that batch explains the empty
+	// window as well as one of ours would, and once it is settled the
+	// window has ready heads again, or the next unbounded claim runs.
+	// Without it, with 1,000 keys at batch 1,000 and three replicas, the
+	// heads sat in two replicas' batches and the third walked the whole
+	// backlog for nothing (270–660 ms at 50,000 rows, holding the table's
+	// claim turn; docs/performance.md, lesson 22). Judged on the claim's
+	// own snapshot, after the claim turn: a pre-check in a statement of
+	// its own raced with the claims between the two.
+	p.Window, p.IdleWindow = 0, p.Window
 	start := time.Now()
 	msgs, err = e.db.Claim(ctx, p)
 	if err == nil {

@@ -69,8 +69,10 @@ func TestLockModeReachesRowsBeyondTheWindow(t *testing.T) {
 type windowCounts struct {
 	windowedEmpty, unboundedClaims, unboundedRows atomic.Int64
 	// unboundedAnyway counts unbounded claims that would run beside a
-	// batch in flight (no ClaimParams.IdleOnly).
+	// batch in flight in the window (no ClaimParams.IdleWindow, or one
+	// other than the window of the claim before).
 	unboundedAnyway atomic.Int64
+	lastWindow      atomic.Int64 // Window of the last empty windowed claim
 }
 
 func (c *windowCounts) observe(p dialect.ClaimParams, msgs []outbox.Message, err error) {
@@ -78,10 +80,11 @@ func (c *windowCounts) observe(p dialect.ClaimParams, msgs []outbox.Message, err
 	case err != nil:
 	case p.Window > 0 && len(msgs) == 0:
 		c.windowedEmpty.Add(1)
+		c.lastWindow.Store(int64(p.Window))
 	case p.Window == 0:
 		c.unboundedClaims.Add(1)
 		c.unboundedRows.Add(int64(len(msgs)))
-		if !p.IdleOnly {
+		if int64(p.IdleWindow) != c.lastWindow.Load() {
 			c.unboundedAnyway.Add(1)
 		}
 	}
@@ -114,7 +117,7 @@ func (r *leaseWindowRecorder) Claim(ctx context.Context, p dialect.ClaimParams) 
 
 // TestUnboundedClaimWaitsForOtherRelaysBatches: when the window comes back
 // empty while another relay has a batch in flight on the table, the
-// engine's unbounded claim takes nothing (ClaimParams.IdleOnly): that batch
+// engine's unbounded claim takes nothing (ClaimParams.IdleWindow): that batch
 // explains the empty window, and its relay will find the rows behind it.
 // Once no batch is in flight, the unbounded claim reaches the heads beyond
 // the window (lesson 22 of docs/performance.md: three replicas at batch
@@ -127,18 +130,19 @@ func TestUnboundedClaimWaitsForOtherRelaysBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The window (max(4 × 10, 1000) sequence numbers) holds only key
-	// "slow": a head due in an hour and 1,499 rows behind it. Five ready
-	// heads of other keys lie beyond it. And another relay holds one row
-	// of key "elsewhere" under a lease of an hour.
+	// Another relay holds one row of key "elsewhere", at the front, under
+	// a lease of an hour. Behind it the window (max(4 × 10, 1000) sequence
+	// numbers from the first due pending row) holds only key "slow": a
+	// head due in an hour and 1,499 rows behind it. Five ready heads of
+	// other keys lie beyond it.
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
+		VALUES ('window.held', 'elsewhere', '{}', 'processing', gen_random_uuid(), now(), now() + interval '1 hour')`)
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, scheduled_at)
 		VALUES ('window.slow', 'slow', '{}', now() + interval '1 hour')`)
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload)
 		SELECT 'window.slow', 'slow', '{}' FROM generate_series(1, 1499)`)
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload)
 		SELECT 'window.late', 'late-' || i, '{}' FROM generate_series(1, 5) i`)
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
-		VALUES ('window.held', 'elsewhere', '{}', 'processing', gen_random_uuid(), now(), now() + interval '1 hour')`)
 	rec := &leaseWindowRecorder{Dialect: db}
 	e, dest := newSlowEngine(t, rec, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 20 * time.Millisecond,
 		MaxPollInterval: 100 * time.Millisecond})
@@ -157,7 +161,7 @@ func TestUnboundedClaimWaitsForOtherRelaysBatches(t *testing.T) {
 		t.Fatalf("unbounded claims took %d rows while another relay had a batch in flight, want 0", n)
 	}
 	if n := rec.unboundedAnyway.Load(); n != 0 {
-		t.Fatalf("%d unbounded claims were not made to wait for batches in flight (ClaimParams.IdleOnly)", n)
+		t.Fatalf("%d unbounded claims were not made to wait for batches in flight in the window (ClaimParams.IdleWindow)", n)
 	}
 
 	// The other relay's batch is done: nothing explains the empty window

@@ -126,7 +126,7 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 		set_config('statement_timeout', $1, true)`, ms); err != nil {
 		return nil, interpretError("lock claim", err)
 	}
-	// IdleOnly is ignored: lock mode has no processing rows to wait for.
+	// IdleWindow is ignored: lock mode has no processing rows to wait for.
 	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window})
 	if err != nil {
 		return nil, err

@@ -172,7 +172,7 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if p.Lease <= 0 {
 		return nil, errors.New("postgres: claim: lease must be positive")
 	}
-	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window, idleOnly: p.IdleOnly})
+	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window, idleWindow: p.IdleWindow})
 	if err != nil {
 		return nil, err
 	}

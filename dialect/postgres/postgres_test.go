@@ -355,7 +355,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		case "claim#window":
 			query, err = d.claims.sql(claimShape{limit: 100, window: 1000})
 		case "claim#idle":
-			query, err = d.claims.sql(claimShape{limit: 100, idleOnly: true})
+			query, err = d.claims.sql(claimShape{limit: 100, idleWindow: 1000})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -396,7 +396,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		}
 	}
 	if idle := plans["claim#idle"]; !strings.Contains(idle, "One-Time Filter") || !strings.Contains(idle, "outbox_processing_idx") {
-		t.Errorf("the idle-only claim does not test for batches in flight once, on the processing index, before its scan:\n%s", idle)
+		t.Errorf("the idle claim does not test for batches in flight once, on the processing index, before its scan:\n%s", idle)
 	}
 	const sentRange = "'sent'::text"
 	if counts := explain("stats_counts", true); !strings.Contains(counts, sentRange) {
@@ -639,33 +639,39 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	}
 }
 
-// TestIdleOnlyClaimWaitsForBatchesInFlight: a claim with IdleOnly takes
-// nothing while any row is processing under an unexpired lease, and does
-// not even start its scan (the engine's unbounded claim: relay/claim.go);
-// an expired lease or a completed batch no longer counts.
-func TestIdleOnlyClaimWaitsForBatchesInFlight(t *testing.T) {
+// TestIdleWindowClaimWaitsForBatchesInTheWindow: a claim with IdleWindow
+// takes nothing while a row within that window of the first due pending
+// row is processing under an unexpired lease, and does not even start its
+// scan (the engine's unbounded claim: relay/claim.go). An expired lease, a
+// completed batch, or a batch in flight further back does not count: such
+// a batch does not explain an empty window, and with a pinned window every
+// batch is one of those.
+func TestIdleWindowClaimWaitsForBatchesInTheWindow(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 30*time.Second)
 	d := newDialect(t, pg.Pool)
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'idle.' || g, '{}' FROM generate_series(1, 4) AS g`)
+	const window = 10
+	// Four rows at the front, then 20 further back.
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'idle.front', '{}' FROM generate_series(1, 4)`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'idle.back', '{}' FROM generate_series(1, 20)`)
 	idleClaim := func(limit int) []outbox.Message {
 		t.Helper()
-		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: limit, Lease: time.Hour, IdleOnly: true})
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: limit, Lease: time.Hour, IdleWindow: window})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return msgs
 	}
 	first, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 1, Lease: time.Hour})
-	if err != nil || len(first) != 1 {
-		t.Fatalf("claim: %d rows, %v", len(first), err)
+	if err != nil || len(first) != 1 || first[0].Topic != "idle.front" {
+		t.Fatalf("claim: %d rows, %v; want the first front row", len(first), err)
 	}
-	if got := idleClaim(10); len(got) != 0 {
-		t.Fatalf("idle-only claim took %d rows while a batch was in flight, want 0", len(got))
+	if got := idleClaim(3); len(got) != 0 {
+		t.Fatalf("idle claim took %d rows while a batch was in flight in the window, want 0", len(got))
 	}
 	// The scan did not start: the test for batches in flight is a one-time
 	// filter, evaluated before it.
-	query, err := d.claims.sql(claimShape{limit: 10, idleOnly: true})
+	query, err := d.claims.sql(claimShape{limit: 3, idleWindow: window})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,8 +681,8 @@ func TestIdleOnlyClaimWaitsForBatchesInFlight(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	plan := explainPlan(t, ctx, tx, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+query, uuid.NewString(), int64(30e6))
-	if !strings.Contains(plan, "outbox_claim_idx on outbox c (never executed)") {
-		t.Errorf("idle-only claim beside a batch in flight scanned the pending rows:\n%s", plan)
+	if !strings.Contains(plan, "on outbox c (never executed)") {
+		t.Errorf("idle claim beside a batch in flight in the window scanned the pending rows:\n%s", plan)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -687,14 +693,25 @@ func TestIdleOnlyClaimWaitsForBatchesInFlight(t *testing.T) {
 	pg.MustExec(t, ctx, `UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, first[0].ID)
 	second := idleClaim(1)
 	if len(second) != 1 {
-		t.Fatalf("idle-only claim took %d rows beside an expired lease only, want 1", len(second))
+		t.Fatalf("idle claim took %d rows beside an expired lease only, want 1", len(second))
 	}
-	if got := idleClaim(10); len(got) != 0 {
-		t.Fatalf("idle-only claim took %d rows while a batch was in flight, want 0", len(got))
+	if got := idleClaim(3); len(got) != 0 {
+		t.Fatalf("idle claim took %d rows while a batch was in flight in the window, want 0", len(got))
 	}
 	// A completed batch does not count.
 	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'sent', lease_expires_at = NULL WHERE id = $1`, second[0].ID)
-	if got := idleClaim(10); len(got) != 2 {
-		t.Fatalf("idle-only claim took %d rows with no batch in flight, want the 2 pending", len(got))
+	if got := idleClaim(2); len(got) != 2 {
+		t.Fatalf("idle claim took %d rows with no batch in flight, want the 2 left at the front", len(got))
+	}
+	// Those two are in flight now, at the front. Complete them, hold the
+	// last back row instead (far beyond the window of the front), and the
+	// idle claim goes on claiming.
+	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'sent', lease_expires_at = NULL WHERE topic = 'idle.front' AND state = 'processing'`)
+	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = now(),
+		lease_expires_at = now() + interval '1 hour'
+		WHERE sequence = (SELECT max(sequence) FROM outbox)`)
+	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'dead' WHERE topic = 'idle.front' AND state = 'pending'`)
+	if got := idleClaim(5); len(got) != 5 {
+		t.Fatalf("idle claim took %d rows beside a batch in flight beyond the window, want 5", len(got))
 	}
 }

@@ -105,9 +105,10 @@ type renderData struct {
 	// literals in the SQL, not bind parameters; see claimShapes.
 	Limit  int
 	Window int
-	// IdleOnly renders the claim that takes nothing while any batch is in
-	// flight on the table (dialect.ClaimParams.IdleOnly; claim.sql only).
-	IdleOnly bool
+	// IdleWindow renders the claim that takes nothing while a batch is in
+	// flight within that many sequence numbers of the first due pending row
+	// (dialect.ClaimParams.IdleWindow; claim.sql only).
+	IdleWindow int
 }
 
 // renderLimit is the LIMIT of the claim statements that Render and
@@ -116,16 +117,16 @@ type renderData struct {
 const renderLimit = 100
 
 // maxClaimShapes bounds the claim statements one dialect keeps rendered. An
-// engine asks for three at most: windowed, of the batch size and of its
-// share, and the unbounded one that waits for idle (IdleOnly).
+// engine asks for four at most: windowed and unbounded (waiting for the
+// batches in its window, IdleWindow), each of the batch size and of its
+// share.
 const maxClaimShapes = 16
 
 // claimShape is what a rendered claim statement is made for: its LIMIT, its
-// window (0: unbounded) and whether it takes nothing while a batch is in
-// flight.
+// window (0: unbounded) and the window whose batches in flight make it take
+// nothing (0: none).
 type claimShape struct {
-	limit, window int
-	idleOnly      bool
+	limit, window, idleWindow int
 }
 
 // claimShapes renders a claim statement per shape (claimShape), once.
@@ -151,7 +152,7 @@ func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*cla
 		return nil, err
 	}
 	c := &claimShapes{tmpl: tmpl, data: renderDataFor(m, o), shapes: map[claimShape]string{}}
-	if _, err := c.sql(claimShape{limit: renderLimit, idleOnly: true}); err != nil { // fail at start, not at the first claim
+	if _, err := c.sql(claimShape{limit: renderLimit, idleWindow: renderLimit}); err != nil { // fail at start, not at the first claim
 		return nil, err
 	}
 	return c, nil
@@ -160,14 +161,14 @@ func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*cla
 // sql returns the claim statement of shape key (a window of 0 or less:
 // unbounded).
 func (c *claimShapes) sql(key claimShape) (string, error) {
-	key.window = max(key.window, 0)
+	key.window, key.idleWindow = max(key.window, 0), max(key.idleWindow, 0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if q, ok := c.shapes[key]; ok {
 		return q, nil
 	}
 	d := c.data
-	d.Limit, d.Window, d.IdleOnly = key.limit, key.window, key.idleOnly
+	d.Limit, d.Window, d.IdleWindow = key.limit, key.window, key.idleWindow
 	q, err := execute(c.tmpl, d)
 	if err != nil {
 		return "", err

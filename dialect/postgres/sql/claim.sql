@@ -25,13 +25,18 @@
 -- condition is one shared template, head_of_key.tmpl; the bounded candidate
 -- window (.Window) another, claim_window.tmpl.
 --
--- .IdleOnly (dialect.ClaimParams.IdleOnly) renders the claim that takes
--- nothing while any row is processing under an unexpired lease: an
--- uncorrelated condition, which PostgreSQL evaluates once, before the scan,
--- on the claim's snapshot (a one-time filter: with a batch in flight the
--- statement reads a few entries of the processing index and stops). The
--- engine runs it as the unbounded claim after an empty window. Taken after
--- the table's claim turn, its snapshot includes every claim before it.
+-- .IdleWindow (dialect.ClaimParams.IdleWindow) renders the claim that takes
+-- nothing while a row within .IdleWindow sequence numbers of the first due
+-- pending row is processing under an unexpired lease: a batch in flight
+-- that explains why the windowed claim found nothing. The condition does
+-- not depend on the candidate, so PostgreSQL evaluates it once, before the
+-- scan, on the claim's snapshot (a one-time filter: beside such a batch the
+-- statement reads the processing index and stops). The engine runs it as
+-- the unbounded claim after an empty window. With the table's claim turn
+-- (the default) its snapshot includes every claim before it; with
+-- relay.claimTurns: replica a claim committed meanwhile can be missed, and
+-- the unbounded claim then walks the backlog as it did before the
+-- condition existed.
 WITH candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
@@ -39,12 +44,13 @@ WITH candidates AS (
       {{ if has "scheduledAt" }}AND c.{{ col "scheduledAt" }} <= now(){{ end }}
 {{- template "headOfKey" (alias "c") }}
 {{- template "claimWindow" . }}
-{{- if .IdleOnly }}
+{{- if .IdleWindow }}
       AND NOT EXISTS (
           SELECT 1
           FROM {{ .Table }} AS f
           WHERE f.{{ col "state" }} = {{ state "processing" }}
-            AND f.{{ col "leaseExpiresAt" }} > now())
+            AND f.{{ col "leaseExpiresAt" }} > now()
+            AND f.{{ col "sequence" }} < {{ template "windowStart" . }} + {{ .IdleWindow }}::bigint)
 {{- end }}
     ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
     LIMIT {{ .Limit }}
