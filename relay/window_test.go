@@ -27,41 +27,61 @@ func TestLockModeReachesRowsBeyondTheWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	// Key "slow": a head due in an hour, then 1,499 rows behind it, more
-	// than the window of max(4 × 10, 1000) sequence numbers. Then five
-	// ready heads of other keys.
+	seedBlockedWindow(t, ctx, pg)
+	rec := &windowRecorder{LockDialect: db}
+	dest := newWindowEngine(t, rec)
+	waitLateHeadsSent(t, pg, dest, time.Now().Add(20*time.Second))
+	// The rows came through the unbounded claim, after a windowed one
+	// found nothing: the window bounded lock mode's scan.
+	if w, u := rec.windowedEmpty.Load(), rec.unboundedRows.Load(); w == 0 || u != 5 {
+		t.Fatalf("%d windowed claims found nothing and unbounded claims took %d rows; want at least 1 and 5", w, u)
+	}
+}
+
+// seedBlockedWindow inserts key "slow": a head due in an hour, then 1,499
+// rows behind it, more than the window of max(4 × 10, 1000) sequence
+// numbers of newWindowEngine's engine; then five ready heads of other keys
+// (late-1 … late-5), beyond the window.
+func seedBlockedWindow(t *testing.T, ctx context.Context, pg *testenv.PG) {
+	t.Helper()
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, scheduled_at)
 		VALUES ('window.slow', 'slow', '{}', now() + interval '1 hour')`)
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload)
 		SELECT 'window.slow', 'slow', '{}' FROM generate_series(1, 1499)`)
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload)
 		SELECT 'window.late', 'late-' || i, '{}' FROM generate_series(1, 5) i`)
-	rec := &windowRecorder{LockDialect: db}
-	e, dest := newSlowEngine(t, rec, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 20 * time.Millisecond,
+}
+
+// newWindowEngine runs an engine of batch 10 that polls often on db until
+// the test ends, and returns its destination.
+func newWindowEngine(t *testing.T, db dialect.Dialect) *slowDest {
+	t.Helper()
+	e, dest := newSlowEngine(t, db, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 20 * time.Millisecond,
 		MaxPollInterval: 100 * time.Millisecond})
 	runEngine(t, e)
+	return dest
+}
 
+// waitLateHeadsSent waits until deadline for the five late heads of
+// seedBlockedWindow to be marked sent, and checks that they, and nothing
+// of key slow, were published.
+func waitLateHeadsSent(t *testing.T, pg *testenv.PG, dest *slowDest, deadline time.Time) {
+	t.Helper()
 	sent := func() int {
 		var n int
-		if err := pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE state = 'sent'`).Scan(&n); err != nil {
+		if err := pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE state = 'sent' AND key LIKE 'late-%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	deadline := time.Now().Add(20 * time.Second)
 	for sent() < 5 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if n := sent(); n != 5 {
-		t.Fatalf("%d rows marked sent, want the 5 late heads beyond the window", n)
+		t.Fatalf("%d late heads marked sent, want the 5 beyond the window", n)
 	}
 	if n := dest.sent.Load(); n != 5 {
 		t.Fatalf("%d rows published, want the 5 late heads and none of key slow", n)
-	}
-	// The rows came through the unbounded claim, after a windowed one
-	// found nothing: the window bounded lock mode's scan.
-	if w, u := rec.windowedEmpty.Load(), rec.unboundedRows.Load(); w == 0 || u != 5 {
-		t.Fatalf("%d windowed claims found nothing and unbounded claims took %d rows; want at least 1 and 5", w, u)
 	}
 }
 
@@ -137,16 +157,9 @@ func TestUnboundedClaimWaitsForOtherRelaysBatches(t *testing.T) {
 	// other keys lie beyond it.
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
 		VALUES ('window.held', 'elsewhere', '{}', 'processing', gen_random_uuid(), now(), now() + interval '1 hour')`)
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, scheduled_at)
-		VALUES ('window.slow', 'slow', '{}', now() + interval '1 hour')`)
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload)
-		SELECT 'window.slow', 'slow', '{}' FROM generate_series(1, 1499)`)
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload)
-		SELECT 'window.late', 'late-' || i, '{}' FROM generate_series(1, 5) i`)
+	seedBlockedWindow(t, ctx, pg)
 	rec := &leaseWindowRecorder{Dialect: db}
-	e, dest := newSlowEngine(t, rec, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 20 * time.Millisecond,
-		MaxPollInterval: 100 * time.Millisecond})
-	runEngine(t, e)
+	dest := newWindowEngine(t, rec)
 
 	// Windowed claims find nothing, and the unbounded claim takes nothing
 	// while the other relay's batch is in flight: the late heads wait.
@@ -167,22 +180,7 @@ func TestUnboundedClaimWaitsForOtherRelaysBatches(t *testing.T) {
 	// The other relay's batch is done: nothing explains the empty window
 	// any more, and the unbounded claim reaches the five late heads.
 	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'sent', lease_expires_at = NULL WHERE key = 'elsewhere'`)
-	sent := func() int {
-		var n int
-		if err := pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE state = 'sent' AND key LIKE 'late-%'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	for sent() < 5 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := sent(); n != 5 {
-		t.Fatalf("%d late heads marked sent, want 5", n)
-	}
-	if n := dest.sent.Load(); n != 5 {
-		t.Fatalf("%d rows published, want the 5 late heads and none of key slow", n)
-	}
+	waitLateHeadsSent(t, pg, dest, deadline)
 	if c, r := rec.unboundedClaims.Load(), rec.unboundedRows.Load(); c == 0 || r != 5 {
 		t.Fatalf("%d unbounded claims took %d rows; want at least 1, taking the 5 late heads", c, r)
 	}
