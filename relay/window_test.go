@@ -28,8 +28,8 @@ func TestLockModeReachesRowsBeyondTheWindow(t *testing.T) {
 	}
 	t.Cleanup(db.Close)
 	seedBlockedWindow(t, ctx, pg)
-	rec := &windowRecorder{LockDialect: db}
-	dest := newWindowEngine(t, rec)
+	rec := &windowRecorder{Dialect: db}
+	dest := newWindowEngine(t, &lockWindowRecorder{windowRecorder: rec, BatchCommitter: db})
 	waitLateHeadsSent(t, pg, dest, time.Now().Add(20*time.Second))
 	// The rows came through the unbounded claim, after a windowed one
 	// found nothing: the window bounded lock mode's scan.
@@ -110,29 +110,24 @@ func (c *windowCounts) observe(p dialect.ClaimParams, msgs []outbox.Message, err
 	}
 }
 
-// windowRecorder is lock mode watched for what windowed and unbounded
+// windowRecorder is a dialect watched for what windowed and unbounded
 // claims return.
 type windowRecorder struct {
-	*postgres.LockDialect
+	dialect.Dialect
 	windowCounts
 }
 
 func (r *windowRecorder) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
-	msgs, err := r.LockDialect.Claim(ctx, p)
-	r.observe(p, msgs, err)
-	return msgs, err
-}
-
-// leaseWindowRecorder is lease mode watched the same way.
-type leaseWindowRecorder struct {
-	*postgres.Dialect
-	windowCounts
-}
-
-func (r *leaseWindowRecorder) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
 	msgs, err := r.Dialect.Claim(ctx, p)
 	r.observe(p, msgs, err)
 	return msgs, err
+}
+
+// lockWindowRecorder is lock mode watched the same way: the engine must
+// still see its Commit (dialect.BatchCommitter).
+type lockWindowRecorder struct {
+	*windowRecorder
+	dialect.BatchCommitter
 }
 
 // TestUnboundedClaimWaitsForOtherRelaysBatches: when the window comes back
@@ -158,7 +153,7 @@ func TestUnboundedClaimWaitsForOtherRelaysBatches(t *testing.T) {
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
 		VALUES ('window.held', 'elsewhere', '{}', 'processing', gen_random_uuid(), now(), now() + interval '1 hour')`)
 	seedBlockedWindow(t, ctx, pg)
-	rec := &leaseWindowRecorder{Dialect: db}
+	rec := &windowRecorder{Dialect: db}
 	dest := newWindowEngine(t, rec)
 
 	// Windowed claims find nothing, and the unbounded claim takes nothing
