@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/internal/testenv"
 	"github.com/queuebox/queuebox/producer"
 )
@@ -295,6 +296,9 @@ func TestWriteRollback(t *testing.T) {
 	}
 }
 
+// TestWriteSQLAndNotify plays the relay's side of wake on commit by hand:
+// the listening session holds the notify lock exclusively while "asleep"
+// (Listener.Arm), and the producer must notify then, and only then.
 func TestWriteSQLAndNotify(t *testing.T) {
 	t.Parallel()
 	pg := testenv.Postgres(t)
@@ -309,6 +313,22 @@ func TestWriteSQLAndNotify(t *testing.T) {
 	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
+	tryArm := func() bool {
+		t.Helper()
+		var ok bool
+		if err := listener.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, hashtext($2))", postgres.NotifyLockClass, channel).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	quiet := func(what string) {
+		t.Helper()
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if n, err := listener.WaitForNotification(short); err == nil {
+			t.Errorf("%s: notification %+v", what, n)
+		}
+	}
 
 	w, err := producer.New(producer.WithNotify(channel))
 	if err != nil {
@@ -316,6 +336,11 @@ func TestWriteSQLAndNotify(t *testing.T) {
 	}
 	db := stdlib.OpenDBFromPool(pg.Pool)
 	defer db.Close()
+
+	// The relay sleeps: the producer notifies, at commit.
+	if !tryArm() {
+		t.Fatal("could not take the notify lock on an idle channel")
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -329,13 +354,7 @@ func TestWriteSQLAndNotify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	// Nothing is delivered before commit.
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	if n, err := listener.WaitForNotification(short); err == nil {
-		t.Errorf("notification before commit: %+v", n)
-	}
-	cancel()
+	quiet("before commit")
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -346,19 +365,39 @@ func TestWriteSQLAndNotify(t *testing.T) {
 	if n.Channel != channel || n.Payload != "" {
 		t.Errorf("notification %+v", n)
 	}
-	short, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	if n, err := listener.WaitForNotification(short); err == nil {
-		t.Errorf("second notification: %+v", n)
+	quiet("second notification")
+
+	// The relay is awake: no notification, but the open transaction keeps
+	// a relay from going to sleep before it commits.
+	if _, err := listener.Exec(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", postgres.NotifyLockClass, channel); err != nil {
+		t.Fatal(err)
+	}
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := w.WriteSQL(ctx, tx, producer.Message{Topic: "d", Payload: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tryArm() {
+		t.Error("a relay could go to sleep while a producer that did not notify was still open")
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	quiet("awake relay")
+	if !tryArm() {
+		t.Error("the producer's lock outlived its transaction")
 	}
 
 	rows := readRows(t, ctx, pg.Pool)
-	if len(rows) != 3 {
+	if len(rows) != 4 {
 		t.Fatalf("%d rows", len(rows))
 	}
-	for i, want := range []int{5, 2, 5} {
-		if rows[i].ID != ids[i] || rows[i].MaxAttempts != want {
-			t.Errorf("row %d: id %s max attempts %d; want %s %d", i, rows[i].ID, rows[i].MaxAttempts, ids[i], want)
+	for i, want := range []int{5, 2, 5, 5} {
+		if id := append(ids, more...)[i]; rows[i].ID != id || rows[i].MaxAttempts != want {
+			t.Errorf("row %d: id %s max attempts %d; want %s %d", i, rows[i].ID, rows[i].MaxAttempts, id, want)
 		}
 	}
 }

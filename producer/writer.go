@@ -64,7 +64,11 @@ func WithTable(table string, columns, states map[string]string) Option {
 // at once. PostgreSQL delivers the notification when the transaction
 // commits (and drops it on rollback), so a relay never wakes for rows it
 // cannot see yet. It costs no extra round trip: the notification is part of
-// the insert statement. PostgreSQL only.
+// the insert statement. It is sent only while a relay sleeps on the channel
+// (docs/producing.md, wake on commit), because a transaction that notifies
+// serialises its commit with every other notifying one; otherwise the
+// statement takes an advisory lock shared, which makes a relay about to
+// sleep wait for this commit and then claim it. PostgreSQL only.
 func WithNotify(channel string) Option { return func(o *options) { o.notify = channel } }
 
 // Writer writes messages to the outbox inside a caller's transaction. It
@@ -175,7 +179,8 @@ func render(d Dialect, m dialect.Mapping, withMax, notify bool) (string, error) 
 		Table       string
 		MaxAttempts bool
 		Notify      bool
-	}{m.Table(quote), withMax, notify}
+		LockClass   int
+	}{m.Table(quote), withMax, notify, postgres.NotifyLockClass}
 	if err := tmpl.Execute(&b, data); err != nil {
 		return "", fmt.Errorf("producer: render %s.sql: %w", d, err)
 	}

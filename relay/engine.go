@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,6 +46,15 @@ type Options struct {
 	// PostgreSQL NOTIFY, say); idle workers claim at once instead of waiting
 	// for the next poll.
 	Wake <-chan struct{}
+	// Arm, when set beside Wake, is called before a worker sleeps after an
+	// empty claim: it asks producers to notify from now on (on PostgreSQL,
+	// producers notify only while a relay sleeps, because NOTIFY
+	// serialises their commits). It reports true when this call armed the
+	// wake: rows committed without a notification are visible now, so the
+	// worker claims once more before it sleeps. False (armed already, by
+	// this relay or another, or not armable now) lets the worker sleep: its
+	// polling is the safety net. An error is logged; the worker polls.
+	Arm func(ctx context.Context) (bool, error)
 }
 
 func (o *Options) setDefaults() {
@@ -98,8 +108,9 @@ type Engine struct {
 	breakers map[string]*breaker
 	policy   *claimPolicy
 
-	wakeMu sync.Mutex
-	wakeCh chan struct{} // closed and replaced to wake every idle worker
+	armFailing atomic.Bool // Options.Arm failed last time (logged once)
+	wakeMu     sync.Mutex
+	wakeCh     chan struct{} // closed and replaced to wake every idle worker
 }
 
 // New returns an engine that claims through db, routes with r and publishes
@@ -212,12 +223,28 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			continue
 		default:
 			empty++
+			if e.opt.Arm != nil && e.arm(ctx, log) {
+				continue // producers notify from now on: claim what came before
+			}
 		}
 		if !sleep(ctx, wake, e.idleWait(id, empty)) {
 			// Woken: new rows may be ready.
 			empty = 0
 		}
 	}
+}
+
+// arm asks producers to notify before the worker sleeps (Options.Arm). It
+// reports whether the worker must claim once more first.
+func (e *Engine) arm(ctx context.Context, log *slog.Logger) bool {
+	fresh, err := e.opt.Arm(ctx)
+	switch {
+	case err == nil:
+		e.armFailing.Store(false)
+	case ctx.Err() == nil && !e.armFailing.Swap(true): // once per spell of failures
+		log.Warn("wake on commit: could not ask producers to notify; polling until it works again", "err", err)
+	}
+	return fresh
 }
 
 // idleWait is how long a worker waits after empty consecutive claims that

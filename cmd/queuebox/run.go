@@ -118,7 +118,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		rt.metrics.InitDestination(name)
 	}
 	// --- wake on commit (relay.notify, issue 8) ---
-	wake, err := rt.startWake(ctx)
+	wake, arm, err := rt.startWake(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +149,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		Observer: rt.metrics,
 		Secrets:  cfg.Secrets(),
 		Wake:     wake,
+		Arm:      arm,
 	})
 	if err != nil {
 		return nil, err
@@ -157,35 +158,36 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 }
 
 // startWake starts the LISTEN loop of relay.notify and returns its signal
-// channel (nil when relay.notify.channel is empty). With createTrigger it
-// first installs the NOTIFY trigger. The listener lives until Close, not
-// until ctx (which only bounds the start).
-func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, error) {
+// channel and the call that asks producers to notify before a worker
+// sleeps (both nil when relay.notify.channel is empty). With createTrigger
+// it first installs the NOTIFY trigger. The listener lives until Close,
+// not until ctx (which only bounds the start).
+func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, func(context.Context) (bool, error), error) {
 	n := rt.cfg.Relay.Notify
 	if n.Channel == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	pg, ok := rt.db.Dialect.(*postgres.Dialect)
 	if l, isLock := rt.db.Dialect.(*postgres.LockDialect); isLock {
 		pg, ok = l.Dialect, true
 	}
 	if !ok {
-		return nil, fmt.Errorf("relay.notify: wake on commit needs database.type postgresql (other databases poll)")
+		return nil, nil, fmt.Errorf("relay.notify: wake on commit needs database.type postgresql (other databases poll)")
 	}
 	if n.CreateTrigger {
 		if err := pg.EnsureNotifyTrigger(ctx, n.Channel); err != nil {
-			return nil, fmt.Errorf("relay.notify.createTrigger: %w", err)
+			return nil, nil, fmt.Errorf("relay.notify.createTrigger: %w", err)
 		}
 	}
 	l, err := pg.NewListener(n.Channel, rt.log)
 	if err != nil {
-		return nil, fmt.Errorf("relay.notify.channel: %w", err)
+		return nil, nil, fmt.Errorf("relay.notify.channel: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	rt.stopListen = cancel
 	go func() { _ = l.Run(lctx) }()
 	rt.log.Info("wake on commit: listening", "channel", n.Channel, "trigger", n.CreateTrigger)
-	return l.C(), nil
+	return l.C(), l.Arm, nil
 }
 
 // Close closes the destinations and the database. It is idempotent.

@@ -4,7 +4,12 @@
 -- ORDER BY makes the sequence default follow the call order, and the
 -- scheduled time falls back to the database clock (now() + delay).
 -- {{ if .Notify }}$2 is the NOTIFY channel: pg_notify runs in the same
--- transaction, so the notification is delivered at commit, never before.{{ end }}
+-- transaction, so the notification is delivered at commit, never before.
+-- It runs only while a relay sleeps on the channel (the relay holds the
+-- advisory lock {{ .LockClass }}/hashtext(channel) then): a NOTIFY serialises
+-- commits, and a relay that is awake needs none. Taking the lock shared
+-- when no relay sleeps makes a relay about to sleep wait for this commit
+-- (the relay's notify/trigger.sql says more).{{ end }}
 WITH ins AS (
     INSERT INTO {{ .Table }} ({{ col "id" }}, {{ col "topic" }}, {{ col "key" }}, {{ col "payload" }}, {{ col "headers" }}, {{ col "aggregateType" }}, {{ col "state" }}, {{ col "scheduledAt" }}{{ if .MaxAttempts }}, {{ col "maxAttempts" }}{{ end }})
     SELECT r.id, r.topic, r.key, r.payload, r.headers, r.aggregate_type, {{ state "pending" }}, COALESCE(r.scheduled_at, now() + r.delay_us * interval '1 microsecond'){{ if .MaxAttempts }}, r.max_attempts{{ end }}
@@ -12,4 +17,4 @@ WITH ins AS (
     ORDER BY r.ord
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM ins){{ if .Notify }} FROM (SELECT pg_notify($2, '')) AS n{{ end }}
+SELECT (SELECT count(*) FROM ins){{ if .Notify }} FROM (SELECT CASE WHEN NOT pg_try_advisory_xact_lock_shared({{ .LockClass }}, hashtext($2)) THEN pg_notify($2, '') END) AS n{{ end }}

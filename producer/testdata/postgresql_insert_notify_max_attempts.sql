@@ -5,4 +5,4 @@ WITH ins AS (
     ORDER BY r.ord
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM ins) FROM (SELECT pg_notify($2, '')) AS n
+SELECT (SELECT count(*) FROM ins) FROM (SELECT CASE WHEN NOT pg_try_advisory_xact_lock_shared(29026, hashtext($2)) THEN pg_notify($2, '') END) AS n

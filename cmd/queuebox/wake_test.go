@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/dialect/postgres"
+	"github.com/queuebox/queuebox/internal/testenv"
+)
+
+// TestWakeOnCommitWithoutPolling runs a relay that polls every 30 s with
+// relay.notify on: only the wake can deliver within the test's bounds.
+// Producers notify only while the relay sleeps (the gate that keeps
+// NOTIFY from serialising their commits), so a wake lost between the
+// relay's last claim and its sleep would leave rows pending for the whole
+// poll interval. Producers commit single rows side by side while the relay
+// keeps falling asleep and waking, which is where such a race would show.
+func TestWakeOnCommitWithoutPolling(t *testing.T) {
+	w := newWorld(t, 0)
+	channel := testenv.UniqueName("qbwake")
+	cfg := w.config(t, fmt.Sprintf("pollInterval: 30s\nmaxPollInterval: 30s\nnotify: {channel: %s, createTrigger: true}", channel))
+	p := startQueuebox(t, "run", "--config", cfg)
+	ctx := testenv.Context(t, 2*time.Minute)
+
+	asleep := func() bool {
+		var held int
+		err := w.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2 AND mode = 'ExclusiveLock'`, postgres.NotifyLockClass, channel).Scan(&held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return held == 1
+	}
+	testenv.Eventually(t, 30*time.Second, asleep, "the idle relay never armed the notification")
+
+	// One row into the sleeping relay.
+	insertOne := func(key string, n int) {
+		if _, err := w.pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('hook.created', $1, jsonb_build_object('n', $2::int))`, key, n); err != nil {
+			t.Error(err)
+		}
+	}
+	insertOne("key-first", 0)
+	waitAllSent(t, w.pg.Pool, 1, 10*time.Second)
+
+	// Producers side by side, each on keys of its own, with pauses that let
+	// the relay fall asleep between rows.
+	const producers, perProducer = 4, 150
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perProducer {
+				insertOne(fmt.Sprintf("key-%d", p), i)
+				if i%3 == p%3 {
+					time.Sleep(time.Duration(i%7) * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	waitAllSent(t, w.pg.Pool, 1+producers*perProducer, 15*time.Second)
+	testenv.Eventually(t, 10*time.Second, asleep, "the relay did not arm again once idle")
+
+	if code := p.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
+	}
+	checkDeliveries(t, "HTTP", w.hooks.deliveries(), rowIDs(t, w.pg.Pool), "hook.", false)
+}
