@@ -64,6 +64,7 @@ type Listener struct {
 	armCfg  *pgx.ConnConfig
 	armConn *pgx.Conn // holds the exclusive lock while armed
 	armed   bool
+	stopped bool // Run has returned: Arm opens no connection any more
 	armWait time.Duration
 	// checkedAt is when the armed connection was last seen alive; it is
 	// looked at again after armCheck, without a round trip.
@@ -118,7 +119,12 @@ func (l *Listener) signal() {
 // connection fails. It returns nil when ctx ends, having dropped the
 // arming lock.
 func (l *Listener) Run(ctx context.Context) error {
-	defer l.closeArm()
+	defer func() {
+		l.armMu.Lock()
+		defer l.armMu.Unlock()
+		l.stopped = true
+		l.closeArmLocked()
+	}()
 	wait := listenMinBackoff
 	for ctx.Err() == nil {
 		start := time.Now()
@@ -197,6 +203,9 @@ const (
 func (l *Listener) Arm(ctx context.Context) (bool, error) {
 	l.armMu.Lock()
 	defer l.armMu.Unlock()
+	if l.stopped {
+		return false, nil
+	}
 	if l.armed {
 		if time.Since(l.checkedAt) < l.armCheck {
 			return false, nil
@@ -266,12 +275,6 @@ func (l *Listener) disarm(ctx context.Context) {
 		l.log.Debug("dropping the notify lock failed; closing its connection", "err", err)
 		l.closeArmLocked() // the lock goes with the session
 	}
-}
-
-func (l *Listener) closeArm() {
-	l.armMu.Lock()
-	defer l.armMu.Unlock()
-	l.closeArmLocked()
 }
 
 func (l *Listener) closeArmLocked() {

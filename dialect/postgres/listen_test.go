@@ -268,3 +268,26 @@ func TestArmSurvivesALostConnection(t *testing.T) {
 	r.insert()
 	r.signalled(l, "insert after arming again")
 }
+
+// TestArmAfterRunReturns: a worker that sleeps while the relay shuts down
+// must not open an arming connection nobody closes.
+func TestArmAfterRunReturns(t *testing.T) {
+	r := newNotifyRig(t)
+	l, err := r.d.NewListener(r.channel, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(ctx) }()
+	r.signalled(l, "listening")
+	if !r.arm(l) {
+		t.Fatal("did not arm")
+	}
+	cancel()
+	<-done
+	r.waitUnlocked()
+	if r.arm(l) || l.armConn != nil {
+		t.Error("Arm after Run returned opened a connection")
+	}
+}
