@@ -46,14 +46,16 @@ type Options struct {
 	// PostgreSQL NOTIFY, say); idle workers claim at once instead of waiting
 	// for the next poll.
 	Wake <-chan struct{}
-	// Arm, when set beside Wake, is called before a worker sleeps after an
-	// empty claim: it asks producers to notify from now on (on PostgreSQL,
-	// producers notify only while a relay sleeps, because NOTIFY
-	// serialises their commits). It reports true when this call armed the
-	// wake: rows committed without a notification are visible now, so the
-	// worker claims once more before it sleeps. False (armed already, by
-	// this relay or another, or not armable now) lets the worker sleep: its
-	// polling is the safety net. An error is logged; the worker polls.
+	// Arm, when set beside Wake, is called when the last busy worker falls
+	// idle (an empty claim while the others sleep): it asks producers to
+	// notify from now on (on PostgreSQL, producers notify only while a
+	// relay sleeps, because NOTIFY serialises their commits). It reports
+	// true when this call armed the wake: rows committed without a
+	// notification are visible now, so the worker claims once more (not as
+	// a poll) before it sleeps. False (armed already, by this relay or
+	// another, or armed later) lets the worker sleep; the wake source
+	// signals Wake when an arming completes later or is lost, and polling
+	// stays the safety net. An error is logged; the worker polls.
 	Arm func(ctx context.Context) (bool, error)
 }
 
@@ -108,7 +110,8 @@ type Engine struct {
 	breakers map[string]*breaker
 	policy   *claimPolicy
 
-	armFailing atomic.Bool // Options.Arm failed last time (logged once)
+	armFailing atomic.Bool  // Options.Arm failed last time (logged once)
+	awake      atomic.Int32 // workers not asleep after an empty claim (Options.Arm)
 	wakeMu     sync.Mutex
 	wakeCh     chan struct{} // closed and replaced to wake every idle worker
 }
@@ -145,6 +148,7 @@ func (e *Engine) Options() Options { return e.opt }
 // an error only when it could not start.
 func (e *Engine) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	e.awake.Store(int32(e.opt.InflightBatches))
 	wg.Add(e.opt.InflightBatches + 1)
 	for i := 0; i < e.opt.InflightBatches; i++ {
 		go func() {
@@ -194,10 +198,15 @@ func (e *Engine) wakeChan() <-chan struct{} {
 // worker is one claim-publish-settle loop.
 func (e *Engine) worker(ctx context.Context, id int) {
 	log := e.log.With("worker", id)
-	empty := 0 // consecutive claims that found nothing
+	empty := 0     // consecutive claims that found nothing
+	armed := false // the wake was just armed: the next claim must run
 	for ctx.Err() == nil {
 		wake := e.wakeChan()
-		n, full, err := e.runBatch(ctx, log, empty > 0)
+		// A claim right after a fresh arming is not a poll: a poll may skip
+		// while another relay claims, and this one must see the rows of
+		// producers that did not notify.
+		n, full, err := e.runBatch(ctx, log, empty > 0 && !armed)
+		armed = false
 		switch {
 		case err != nil:
 			empty++
@@ -223,11 +232,22 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			continue
 		default:
 			empty++
-			if e.opt.Arm != nil && e.arm(ctx, log) {
-				continue // producers notify from now on: claim what came before
-			}
 		}
-		if !sleep(ctx, wake, e.idleWait(id, empty)) {
+		// With a wake source, the last worker to fall idle asks producers
+		// to notify (Options.Arm). The others sleep without: a busy worker
+		// claims again before it sleeps, so it arms in time, and producers
+		// do not notify while any worker is busy.
+		idle := err == nil && e.opt.Arm != nil
+		if idle && e.awake.Add(-1) == 0 && e.arm(ctx, log) {
+			e.awake.Add(1)
+			armed = true
+			continue // producers notify from now on: claim what came before
+		}
+		woken := !sleep(ctx, wake, e.idleWait(id, empty))
+		if idle {
+			e.awake.Add(1)
+		}
+		if woken {
 			// Woken: new rows may be ready.
 			empty = 0
 		}

@@ -11,18 +11,20 @@ import (
 	"github.com/queuebox/queuebox/internal/testenv"
 )
 
-// TestWakeOnCommitWithoutPolling runs a relay that polls every 30 s with
+// TestWakeOnCommitWithoutPolling runs two relays that poll every 30 s with
 // relay.notify on: only the wake can deliver within the test's bounds.
-// Producers notify only while the relay sleeps (the gate that keeps
-// NOTIFY from serialising their commits), so a wake lost between the
-// relay's last claim and its sleep would leave rows pending for the whole
-// poll interval. Producers commit single rows side by side while the relay
-// keeps falling asleep and waking, which is where such a race would show.
+// Producers notify only while a relay sleeps (the gate that keeps NOTIFY
+// from serialising their commits), so a wake lost between a relay's last
+// claim and its sleep would leave rows pending for the whole poll
+// interval. Producers commit single rows side by side while the relays
+// keep falling asleep and waking, which is where such a race would show.
+// Then one relay stops: the other must arm in its place.
 func TestWakeOnCommitWithoutPolling(t *testing.T) {
 	w := newWorld(t, 0)
 	channel := testenv.UniqueName("qbwake")
 	cfg := w.config(t, fmt.Sprintf("pollInterval: 30s\nmaxPollInterval: 30s\nnotify: {channel: %s, createTrigger: true}", channel))
-	p := startQueuebox(t, "run", "--config", cfg)
+	a := startQueuebox(t, "run", "--config", cfg)
+	b := startQueuebox(t, "run", "--config", cfg)
 	ctx := testenv.Context(t, 2*time.Minute)
 
 	asleep := func() bool {
@@ -34,7 +36,7 @@ AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2 AND mode = 
 		}
 		return held == 1
 	}
-	testenv.Eventually(t, 30*time.Second, asleep, "the idle relay never armed the notification")
+	testenv.Eventually(t, 30*time.Second, asleep, "the idle relays never armed the notification")
 
 	// One row into the sleeping relay.
 	insertOne := func(key string, n int) {
@@ -62,10 +64,19 @@ AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2 AND mode = 
 		}()
 	}
 	wg.Wait()
-	waitAllSent(t, w.pg.Pool, 1+producers*perProducer, 15*time.Second)
-	testenv.Eventually(t, 10*time.Second, asleep, "the relay did not arm again once idle")
+	total := 1 + producers*perProducer
+	waitAllSent(t, w.pg.Pool, total, 15*time.Second)
+	testenv.Eventually(t, 10*time.Second, asleep, "the relays did not arm again once idle")
 
-	if code := p.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
+	// One relay goes; whichever held the lock, the other wakes for the
+	// next row.
+	if code := a.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
+	}
+	testenv.Eventually(t, 10*time.Second, asleep, "the remaining relay did not arm")
+	insertOne("key-last", 0)
+	waitAllSent(t, w.pg.Pool, total+1, 10*time.Second)
+	if code := b.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
 		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
 	}
 	checkDeliveries(t, "HTTP", w.hooks.deliveries(), rowIDs(t, w.pg.Pool), "hook.", false)

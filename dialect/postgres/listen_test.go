@@ -19,6 +19,7 @@ type notifyRig struct {
 	ctx     context.Context
 	d       *Dialect
 	channel string
+	stops   map[*Listener]func()
 }
 
 func newNotifyRig(t *testing.T) *notifyRig {
@@ -26,6 +27,7 @@ func newNotifyRig(t *testing.T) *notifyRig {
 	r := &notifyRig{
 		t: t, ctx: testenv.Context(t, 60*time.Second), d: newDialect(t, pg.Pool),
 		channel: "qb_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12],
+		stops:   map[*Listener]func(){},
 	}
 	if err := r.d.EnsureNotifyTrigger(r.ctx, r.channel); err != nil {
 		t.Fatal(err)
@@ -34,18 +36,34 @@ func newNotifyRig(t *testing.T) *notifyRig {
 }
 
 // listen starts a listener and waits until it listens (its first signal).
-func (r *notifyRig) listen() *Listener {
+// A check, when given, is how often it looks at the lock (1 s).
+func (r *notifyRig) listen(check ...time.Duration) *Listener {
 	r.t.Helper()
 	l, err := r.d.NewListener(r.channel, nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	if len(check) > 0 {
+		l.arm.check = check[0]
+	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = l.Run(ctx) }()
-	r.t.Cleanup(func() { cancel(); <-done })
+	stop := func() { cancel(); <-done }
+	r.t.Cleanup(stop)
+	r.stops[l] = stop
 	r.signalled(l, "listening")
 	return l
+}
+
+// stop ends l's Run and waits for it.
+func (r *notifyRig) stop(l *Listener) { r.stops[l]() }
+
+func (r *notifyRig) terminate(pid uint32) {
+	r.t.Helper()
+	if _, err := r.d.pool.Exec(r.ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 func (r *notifyRig) signalled(l *Listener, what string) {
@@ -155,79 +173,43 @@ func TestProducersNotifyOnlyWhileARelaySleeps(t *testing.T) {
 
 // TestArmWaitsForProducersThatDidNotNotify is the race the lock closes: a
 // producer that found every relay awake, and so did not notify, has not
-// committed yet when a relay goes to sleep. Arm must not return before
-// that commit (else the relay's last claim misses the row and it sleeps
-// until the poll), and producers that commit meanwhile must notify.
+// committed yet when the relay's last worker falls idle. The relay's
+// request queues behind it (Arm reports no fresh arming, so the worker
+// sleeps), producers that commit meanwhile notify, and the grant, after
+// the producer's commit, wakes the workers to claim once more.
 func TestArmWaitsForProducersThatDidNotNotify(t *testing.T) {
 	r := newNotifyRig(t)
 	l := r.listen()
-	l.armWait = 30 * time.Second
 
 	open := r.begin() // did not notify: no relay was asleep
-	armed := make(chan bool, 1)
-	go func() {
-		fresh, err := l.Arm(r.ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		armed <- fresh
-	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, waiting := r.lock(); waiting == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Arm never queued for the lock")
-		}
+	if r.arm(l) {
+		t.Fatal("armed while a producer that did not notify was open")
 	}
-	select {
-	case <-armed:
-		t.Fatal("Arm returned while a producer that did not notify was open")
-	default:
+	if held, waiting := r.lock(); held != 0 || waiting != 1 {
+		t.Fatalf("relay's request: %d held, %d waiting; want it queued", held, waiting)
+	}
+	if r.arm(l) {
+		t.Error("a second Arm while the request waits reported a fresh arming")
 	}
 
-	// A producer that commits while the relay waits to sleep notifies.
+	// A producer that commits while the relay waits to arm notifies.
 	r.insert()
 	r.signalled(l, "insert while the relay waits to arm")
 
 	if err := open.Commit(r.ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case fresh := <-armed:
-		if !fresh {
-			t.Error("Arm did not arm once the producer committed")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Arm still waiting after the producer committed")
+	r.signalled(l, "the grant after the open producer committed")
+	if held, waiting := r.lock(); held != 1 || waiting != 0 {
+		t.Errorf("after the grant: %d held, %d waiting", held, waiting)
 	}
-}
-
-// TestArmGivesUpOnALongTransaction: a producer transaction that stays
-// open leaves the relay polling (Arm reports false, no error) instead of
-// blocking it.
-func TestArmGivesUpOnALongTransaction(t *testing.T) {
-	r := newNotifyRig(t)
-	l := r.listen()
-	l.armWait = 50 * time.Millisecond
-	open := r.begin()
-	if r.arm(l) {
-		t.Error("armed while a producer that did not notify was open")
-	}
-	if held, waiting := r.lock(); held != 0 || waiting != 0 {
-		t.Errorf("after giving up: %d held, %d waiting", held, waiting)
-	}
-	if err := open.Rollback(r.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !r.arm(l) {
-		t.Error("Arm did not arm once the transaction ended")
-	}
+	r.insert()
+	r.signalled(l, "insert once armed by the grant")
 }
 
 // TestSecondRelayIsCoveredByTheFirst: one relay holds the lock; another
 // that goes to sleep is covered (producers notify, and every listener
-// hears it) and must not wait for the lock.
+// hears it) and neither takes nor queues for the lock.
 func TestSecondRelayIsCoveredByTheFirst(t *testing.T) {
 	r := newNotifyRig(t)
 	a, b := r.listen(), r.listen()
@@ -237,57 +219,99 @@ func TestSecondRelayIsCoveredByTheFirst(t *testing.T) {
 	if r.arm(b) {
 		t.Error("second relay armed beside the first")
 	}
-	if _, waiting := r.lock(); waiting != 0 {
-		t.Errorf("the covered relay waits for the lock (%d waiting)", waiting)
+	if held, waiting := r.lock(); held != 1 || waiting != 0 {
+		t.Errorf("covered relay: %d held, %d waiting; want the first relay's hold only", held, waiting)
 	}
 	r.insert()
 	r.signalled(a, "armed relay")
 	r.signalled(b, "covered relay")
 }
 
-// TestArmSurvivesALostConnection: the lock goes with its connection; a
-// relay whose arming connection died arms again instead of sleeping on a
-// lock nobody holds.
+// TestCoverLostWakesTheCoveredRelay: the covering relay's lock goes
+// without a notification (its connection died). The covered relay finds
+// out at its next look, arms, and wakes its workers (a fresh arming).
+func TestCoverLostWakesTheCoveredRelay(t *testing.T) {
+	r := newNotifyRig(t)
+	a, b := r.listen(), r.listen(50*time.Millisecond)
+	if !r.arm(a) || r.arm(b) {
+		t.Fatal("want a armed and b covered")
+	}
+	r.terminate(a.arm.conn.PgConn().PID())
+	r.signalled(b, "covered relay after its cover died")
+	if held, _ := r.lock(); held != 1 {
+		t.Fatalf("%d holders after the hand-over", held)
+	}
+	r.insert()
+	r.signalled(b, "insert once b armed")
+}
+
+// TestStoppingRelayHandsOver: a relay that shuts down while armed wakes
+// the relays it covered, which arm in its place.
+func TestStoppingRelayHandsOver(t *testing.T) {
+	r := newNotifyRig(t)
+	a, b := r.listen(), r.listen(time.Hour) // only the hand-over can wake b
+	if !r.arm(a) || r.arm(b) {
+		t.Fatal("want a armed and b covered")
+	}
+	r.stop(a)
+	r.signalled(b, "covered relay after the hand-over")
+	if !r.arm(b) {
+		t.Error("b did not arm after the hand-over")
+	}
+}
+
+// TestArmSurvivesALostConnection: the lock goes with its connection; the
+// watch sees the loss and wakes the workers, which arm again.
 func TestArmSurvivesALostConnection(t *testing.T) {
 	r := newNotifyRig(t)
-	l := r.listen()
-	l.armCheck = 0
+	l := r.listen(50 * time.Millisecond)
 	if !r.arm(l) {
 		t.Fatal("did not arm")
 	}
-	pid := l.armConn.PgConn().PID()
-	if _, err := r.d.pool.Exec(r.ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
-		t.Fatal(err)
-	}
-	r.waitUnlocked()
-	r.insert()
-	r.quiet(l, "insert after the arming connection died") // the lock is gone: nobody notifies
+	r.terminate(l.arm.conn.PgConn().PID())
+	r.signalled(l, "lost arming connection")
 	if !r.arm(l) {
-		t.Fatal("Arm did not see the lost connection")
+		t.Fatal("Arm did not arm again after the loss")
 	}
 	r.insert()
 	r.signalled(l, "insert after arming again")
+}
+
+// TestNoArmingWithoutListen: while the LISTEN connection is down nobody
+// hears a notification, so a held lock is handed over and nothing arms.
+func TestNoArmingWithoutListen(t *testing.T) {
+	r := newNotifyRig(t)
+	l := r.listen()
+	if !r.arm(l) {
+		t.Fatal("did not arm")
+	}
+	var pid uint32
+	if err := r.d.pool.QueryRow(r.ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = 'queuebox-listen' AND query = $1`,
+		"LISTEN "+QuoteIdent(r.channel)).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	r.terminate(pid)
+	r.waitUnlocked()
+	if r.arm(l) {
+		t.Error("armed while not listening")
+	}
+	r.signalled(l, "listening again") // the reconnect (after 100 ms) signals
+	if !r.arm(l) {
+		t.Error("did not arm once listening again")
+	}
 }
 
 // TestArmAfterRunReturns: a worker that sleeps while the relay shuts down
 // must not open an arming connection nobody closes.
 func TestArmAfterRunReturns(t *testing.T) {
 	r := newNotifyRig(t)
-	l, err := r.d.NewListener(r.channel, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(r.ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = l.Run(ctx) }()
-	r.signalled(l, "listening")
+	l := r.listen()
 	if !r.arm(l) {
 		t.Fatal("did not arm")
 	}
-	cancel()
-	<-done
+	r.stop(l)
 	r.waitUnlocked()
-	if r.arm(l) || l.armConn != nil {
+	if r.arm(l) || l.arm.conn != nil {
 		t.Error("Arm after Run returned opened a connection")
 	}
 }
