@@ -83,7 +83,7 @@ type relayRuntime struct {
 	metrics *metrics.Metrics
 	// stopListen ends the wake-on-commit listener (relay.notify); nil
 	// when it is off.
-	stopListen context.CancelFunc
+	stopListen func()
 }
 
 // newRuntime connects to the database and every destination and builds the
@@ -184,8 +184,17 @@ func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, func(co
 		return nil, nil, fmt.Errorf("relay.notify.channel: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	rt.stopListen = cancel
-	go func() { _ = l.Run(lctx) }()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(lctx) }()
+	// Stopping waits (briefly) for Run to hand the notify lock over, so
+	// that a relay this one covered arms at once, not at its next look.
+	rt.stopListen = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+		}
+	}
 	rt.log.Info("wake on commit: listening", "channel", n.Channel, "trigger", n.CreateTrigger)
 	return l.C(), l.Arm, nil
 }

@@ -30,6 +30,11 @@ import (
 // The lock lives and dies with its connection: a relay that crashes leaves
 // nothing behind. Relays it covered find out within armer.check (watch).
 
+// armIOTimeout bounds every round trip of the gate made under armer.mu
+// (connect, ask, drop): a half-open connection must not stall the workers
+// that wait to arm.
+const armIOTimeout = 2 * time.Second
+
 // NotifyLockClass is the first key of the advisory lock that gates NOTIFY
 // (the second is hashtext(channel)): 0x7162, "qb".
 const NotifyLockClass = 0x7162
@@ -103,6 +108,8 @@ func (a *armer) arm(ctx context.Context) (bool, error) {
 }
 
 func (a *armer) askLocked(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, armIOTimeout)
+	defer cancel()
 	if a.conn == nil {
 		cfg := a.cfg.Copy()
 		// The request may wait as long as a producer's transaction lasts.
@@ -141,6 +148,14 @@ func (a *armer) askLocked(ctx context.Context) (bool, error) {
 func (a *armer) await(conn *pgx.Conn) {
 	defer a.waits.Done()
 	_, err := conn.Exec(a.runCtx, armWaitSQL, NotifyLockClass, a.channel)
+	if err != nil {
+		// A cancelled wait leaves the server waiting for the lock unless
+		// told (pgx only gives up on the socket), and other relays would
+		// take that request for a cover.
+		ctx, cancel := context.WithTimeout(context.Background(), armIOTimeout)
+		_ = conn.PgConn().CancelRequest(ctx)
+		cancel()
+	}
 	a.mu.Lock()
 	a.pending = false
 	fresh := false
@@ -176,13 +191,21 @@ func (a *armer) disarm(ctx context.Context) {
 		return
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.conn != conn || a.pending {
-		return
+	lost := false
+	if a.conn == conn && !a.pending {
+		ctx, cancel := context.WithTimeout(ctx, armIOTimeout)
+		if _, err := conn.Exec(ctx, disarmSQL, NotifyLockClass, a.channel); err != nil {
+			a.log.Debug("dropping the notify lock failed; closing its connection", "err", err)
+			// The lock goes with the session, and with it a worker's
+			// re-arming since phase one: wake the workers to arm again.
+			a.closeLocked()
+			lost = true
+		}
+		cancel()
 	}
-	if _, err := conn.Exec(ctx, disarmSQL, NotifyLockClass, a.channel); err != nil {
-		a.log.Debug("dropping the notify lock failed; closing its connection", "err", err)
-		a.closeLocked() // the lock goes with the session
+	a.mu.Unlock()
+	if lost {
+		a.signal()
 	}
 }
 
@@ -260,7 +283,7 @@ func (a *armer) handOverLocked() {
 	if a.conn == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), armIOTimeout)
 	defer cancel()
 	if _, err := a.conn.Exec(ctx, handOverSQL, NotifyLockClass, a.channel); err != nil {
 		a.closeLocked()

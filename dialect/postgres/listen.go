@@ -42,6 +42,7 @@ type Listener struct {
 	c       chan struct{}
 	log     *slog.Logger
 	arm     *armer
+	backoff time.Duration // first wait before a reconnect (listenMinBackoff)
 }
 
 // NewListener returns a Listener on channel that connects with the same
@@ -57,7 +58,7 @@ func (d *Dialect) NewListener(channel string, log *slog.Logger) (*Listener, erro
 	cfg.RuntimeParams["application_name"] = "queuebox-listen"
 	armCfg := d.pool.Config().ConnConfig.Copy()
 	armCfg.RuntimeParams["application_name"] = "queuebox-arm"
-	l := &Listener{cfg: cfg, channel: channel, c: make(chan struct{}, 1), log: log.With("channel", channel)}
+	l := &Listener{cfg: cfg, channel: channel, c: make(chan struct{}, 1), log: log.With("channel", channel), backoff: listenMinBackoff}
 	l.arm = &armer{cfg: armCfg, channel: channel, signal: l.signal, log: l.log, check: time.Second}
 	return l, nil
 }
@@ -97,7 +98,7 @@ func (l *Listener) Run(ctx context.Context) error {
 		<-watched
 		l.arm.stop()
 	}()
-	wait := listenMinBackoff
+	wait := l.backoff
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := l.listen(ctx)
@@ -105,7 +106,7 @@ func (l *Listener) Run(ctx context.Context) error {
 			return nil
 		}
 		if time.Since(start) > time.Minute {
-			wait = listenMinBackoff // it ran fine for a while: start over
+			wait = l.backoff // it ran fine for a while: start over
 		}
 		l.log.Warn("LISTEN connection failed; reconnecting (polling continues meanwhile)", "err", err, "retry_in", wait)
 		t := time.NewTimer(wait)
