@@ -32,6 +32,9 @@ type Metrics struct {
 	inflight        prometheus.Gauge
 	circuit         *prometheus.GaugeVec
 	purged          *prometheus.CounterVec
+	wakeListening   prometheus.Gauge
+	wakeArmed       prometheus.Gauge
+	wakeNotified    prometheus.Counter
 
 	// Backlog gauges, refreshed on an interval by whoever owns the
 	// database (never per scrape).
@@ -122,10 +125,22 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "retention_deleted_rows_total",
 			Help: "Rows deleted by retention, by state (sent, dead).",
 		}, []string{"state"}),
+		wakeListening: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "wake_listening",
+			Help: "1 while the wake-on-commit LISTEN connection is up (relay.notify), else 0.",
+		}),
+		wakeArmed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "wake_armed",
+			Help: "1 while this relay holds the notify lock: it sleeps and producers notify.",
+		}),
+		wakeNotified: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "wake_notifications_total",
+			Help: "Notifications received on the relay.notify channel.",
+		}),
 	}
 	r.MustRegister(m.claimDuration, m.claimedRows, m.claimLimit, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
-		m.purged)
+		m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified)
 	// Every series with a fixed label set exists from the start, at zero,
 	// so that dashboards and alerts (rate(), absent()) see it before the
 	// first event.
@@ -139,6 +154,19 @@ func New() *Metrics {
 		m.purged.WithLabelValues(s)
 	}
 	return m
+}
+
+// WakeListening, WakeArmed and WakeNotified report the wake-on-commit
+// listener's state (postgres.WakeObserver).
+func (m *Metrics) WakeListening(up bool) { m.wakeListening.Set(b2f(up)) }
+func (m *Metrics) WakeArmed(armed bool)  { m.wakeArmed.Set(b2f(armed)) }
+func (m *Metrics) WakeNotified()         { m.wakeNotified.Inc() }
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // InitDestination creates the series of a destination at zero, so that

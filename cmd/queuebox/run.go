@@ -183,6 +183,7 @@ func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, func(co
 	if err != nil {
 		return nil, nil, fmt.Errorf("relay.notify.channel: %w", err)
 	}
+	l.Observe(rt.metrics)
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = l.Run(lctx) }()

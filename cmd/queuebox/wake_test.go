@@ -76,6 +76,23 @@ AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2 AND mode = 
 	testenv.Eventually(t, 10*time.Second, asleep, "the remaining relay did not arm")
 	insertOne("key-last", 0)
 	waitAllSent(t, w.pg.Pool, total+1, 10*time.Second)
+
+	// The remaining relay's wake metrics: listening, notified, and (idle
+	// again) holding the lock.
+	metric := func(name string) float64 {
+		v, ok := testenv.LookupMetric(testenv.Scrape(t, b.ManagementAddr()), name)
+		if !ok {
+			t.Fatalf("no %s in the scrape", name)
+		}
+		return v
+	}
+	if v := metric("queuebox_wake_listening"); v != 1 {
+		t.Errorf("queuebox_wake_listening = %v, want 1", v)
+	}
+	if v := metric("queuebox_wake_notifications_total"); v < 1 {
+		t.Errorf("queuebox_wake_notifications_total = %v, want at least the last row's", v)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return metric("queuebox_wake_armed") == 1 }, "queuebox_wake_armed never 1 on the idle relay")
 	if code := b.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
 		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
 	}

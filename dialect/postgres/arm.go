@@ -66,6 +66,7 @@ type armer struct {
 	channel string
 	signal  func() // wakes the relay's workers
 	log     *slog.Logger
+	obs     WakeObserver
 	check   time.Duration // how often watch looks at the lock (1s)
 
 	mu        sync.Mutex
@@ -129,7 +130,7 @@ func (a *armer) askLocked(ctx context.Context) (bool, error) {
 	a.covered = false
 	switch state {
 	case "armed":
-		a.armed = true
+		a.setArmedLocked(true)
 		return true, nil
 	case "covered":
 		a.covered, a.coveredAt = true, time.Now()
@@ -168,7 +169,8 @@ func (a *armer) await(conn *pgx.Conn) {
 	case !a.listening || a.stopped:
 		a.handOverLocked()
 	default:
-		a.armed, fresh = true, true
+		a.setArmedLocked(true)
+		fresh = true
 	}
 	a.mu.Unlock()
 	if fresh || err != nil {
@@ -184,7 +186,8 @@ func (a *armer) await(conn *pgx.Conn) {
 func (a *armer) disarm(ctx context.Context) {
 	a.mu.Lock()
 	held, conn := a.armed, a.conn
-	a.armed, a.covered = false, false
+	a.setArmedLocked(false)
+	a.covered = false
 	a.mu.Unlock()
 	a.signal()
 	if !held {
@@ -216,6 +219,7 @@ func (a *armer) setListening(on bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.listening, a.covered = on, false
+	a.obs.WakeListening(on)
 	if !on && a.armed {
 		a.handOverLocked()
 	}
@@ -279,7 +283,7 @@ func (a *armer) stop() {
 // closing the connection if that fails (the lock goes with it; they then
 // find out within a.check).
 func (a *armer) handOverLocked() {
-	a.armed = false
+	a.setArmedLocked(false)
 	if a.conn == nil {
 		return
 	}
@@ -291,7 +295,8 @@ func (a *armer) handOverLocked() {
 }
 
 func (a *armer) closeLocked() {
-	a.armed, a.covered = false, false
+	a.setArmedLocked(false)
+	a.covered = false
 	if a.conn == nil {
 		return
 	}
@@ -299,4 +304,11 @@ func (a *armer) closeLocked() {
 	defer cancel()
 	_ = a.conn.Close(ctx)
 	a.conn = nil
+}
+
+func (a *armer) setArmedLocked(armed bool) {
+	if a.armed != armed {
+		a.armed = armed
+		a.obs.WakeArmed(armed)
+	}
 }

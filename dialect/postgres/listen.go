@@ -34,6 +34,21 @@ const (
 	listenMaxBackoff = 5 * time.Second
 )
 
+// WakeObserver is told the listener's state: the LISTEN connection up or
+// down, this relay holding the notify lock or not, each notification. The
+// metrics package implements it.
+type WakeObserver interface {
+	WakeListening(up bool)
+	WakeArmed(armed bool)
+	WakeNotified()
+}
+
+type nopWakeObserver struct{}
+
+func (nopWakeObserver) WakeListening(bool) {}
+func (nopWakeObserver) WakeArmed(bool)     {}
+func (nopWakeObserver) WakeNotified()      {}
+
 // Listener LISTENs on a PostgreSQL channel. Create it with
 // Dialect.NewListener and run it with Run.
 type Listener struct {
@@ -59,7 +74,7 @@ func (d *Dialect) NewListener(channel string, log *slog.Logger) (*Listener, erro
 	armCfg := d.pool.Config().ConnConfig.Copy()
 	armCfg.RuntimeParams["application_name"] = "queuebox-arm"
 	l := &Listener{cfg: cfg, channel: channel, c: make(chan struct{}, 1), log: log.With("channel", channel), backoff: listenMinBackoff}
-	l.arm = &armer{cfg: armCfg, channel: channel, signal: l.signal, log: l.log, check: time.Second}
+	l.arm = &armer{cfg: armCfg, channel: channel, signal: l.signal, log: l.log, check: time.Second, obs: nopWakeObserver{}}
 	return l, nil
 }
 
@@ -83,6 +98,9 @@ func (l *Listener) signal() {
 	default:
 	}
 }
+
+// Observe sends the listener's state to o; call it before Run.
+func (l *Listener) Observe(o WakeObserver) { l.arm.obs = o }
 
 // Arm asks producers to notify from now on: see armer.arm.
 func (l *Listener) Arm(ctx context.Context) (bool, error) { return l.arm.arm(ctx) }
@@ -148,6 +166,7 @@ func (l *Listener) listen(ctx context.Context) error {
 		// Disarmed before the workers wake: a worker that goes back to
 		// sleep must find the relay unarmed and arm it again, or nobody
 		// would be left to ask producers to notify.
+		l.arm.obs.WakeNotified()
 		l.arm.disarm(ctx)
 	}
 }

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -353,5 +355,40 @@ func TestArmAfterRunReturns(t *testing.T) {
 	r.waitUnlocked()
 	if r.arm(l) || l.arm.conn != nil {
 		t.Error("Arm after Run returned opened a connection")
+	}
+}
+
+// wakeEvents records a listener's WakeObserver calls.
+type wakeEvents struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (w *wakeEvents) add(e string)          { w.mu.Lock(); w.events = append(w.events, e); w.mu.Unlock() }
+func (w *wakeEvents) WakeListening(up bool) { w.add(fmt.Sprint("listening ", up)) }
+func (w *wakeEvents) WakeArmed(armed bool)  { w.add(fmt.Sprint("armed ", armed)) }
+func (w *wakeEvents) WakeNotified()         { w.add("notified") }
+func (w *wakeEvents) snapshot() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.events, ", ")
+}
+
+// TestWakeObserverSeesTheGate: the listener reports its connection, its
+// hold on the lock and each notification (the queuebox_wake_* metrics).
+func TestWakeObserverSeesTheGate(t *testing.T) {
+	r := newNotifyRig(t)
+	obs := &wakeEvents{}
+	l := r.listenWith(func(l *Listener) { l.Observe(obs) })
+	if !r.arm(l) {
+		t.Fatal("did not arm")
+	}
+	r.insert()
+	r.signalled(l, "insert while armed")
+	r.waitUnlocked()
+	r.stop(l)
+	want := "listening true, armed true, notified, armed false, listening false"
+	if got := obs.snapshot(); got != want {
+		t.Errorf("events %q, want %q", got, want)
 	}
 }
