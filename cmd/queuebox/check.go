@@ -12,6 +12,7 @@ import (
 
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/internal/redact"
 )
 
@@ -31,6 +32,34 @@ that every destination is reachable. It exits 1 on any problem.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return check(cmd.Context(), cmd.OutOrStdout(), g)
 		},
+	}
+}
+
+// checkNotifyTrigger reports the wake-on-commit trigger of relay.notify:
+// one that notifies another channel never wakes the relay, and one of an
+// earlier release (a NOTIFY on every insert) serialises the producers'
+// commits.
+func checkNotifyTrigger(ctx context.Context, w io.Writer, pg *postgres.Dialect, channel string, create bool,
+	report func(bool, string, ...any), fix func(string)) {
+	t, err := pg.NotifyTriggerState(ctx)
+	switch {
+	case err != nil:
+		report(false, "relay.notify: %s", err)
+	case !t.Installed && create:
+		report(true, "relay.notify: trigger %s not installed yet; a relay installs it at start (createTrigger)", t.Name)
+	case !t.Installed:
+		fmt.Fprintf(w, "note  relay.notify: no trigger %s on the table: the application sends NOTIFY %s itself\n", t.Name, channel)
+		fix("gate it as in docs/producing.md (Notify), or set relay.notify.createTrigger: true")
+	case create && (t.Channel != channel || !t.Gated):
+		report(true, "relay.notify: trigger %s (channel %q, gated %v) is replaced at the next relay start (createTrigger)", t.Name, t.Channel, t.Gated)
+	case t.Channel != channel:
+		report(false, "relay.notify: trigger %s notifies channel %q, but the relay listens on %q: inserts never wake it", t.Name, t.Channel, channel)
+		fix(fmt.Sprintf("set relay.notify.channel: %q, or relay.notify.createTrigger: true to replace the trigger's function", t.Channel))
+	case !t.Gated:
+		fmt.Fprintf(w, "warn  relay.notify: trigger %s notifies on every insert (an earlier release's): each inserting commit waits for the one before it\n", t.Name)
+		fix("start a relay once with relay.notify.createTrigger: true; it replaces the function (docs/operations.md, upgrading)")
+	default:
+		report(true, "relay.notify: trigger %s notifies %q while a relay sleeps", t.Name, channel)
 	}
 }
 
@@ -94,6 +123,9 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 				fmt.Fprintf(w, "warn  table %s: %s\n", rep.Table, a.What)
 				fix(a.Fix)
 			}
+		}
+		if pg, ok := postgresDialect(db.Dialect); ok && cfg.Relay.Notify.Channel != "" {
+			checkNotifyTrigger(cctx, w, pg, cfg.Relay.Notify.Channel, cfg.Relay.Notify.CreateTrigger, report, fix)
 		}
 	}
 

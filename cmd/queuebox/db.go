@@ -198,3 +198,15 @@ func openSQLServer(ctx context.Context, cfg *config.Config) (*sql.DB, string, er
 	}
 	return db, desc, nil
 }
+
+// postgresDialect is the PostgreSQL dialect under d, in lease or lock
+// mode; false on SQL Server.
+func postgresDialect(d dialect.Dialect) (*postgres.Dialect, bool) {
+	switch d := d.(type) {
+	case *postgres.Dialect:
+		return d, true
+	case *postgres.LockDialect:
+		return d.Dialect, true
+	}
+	return nil, false
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/metrics"
 	"github.com/queuebox/queuebox/relay"
 	"github.com/queuebox/queuebox/router"
@@ -167,10 +166,7 @@ func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, func(co
 	if n.Channel == "" {
 		return nil, nil, nil
 	}
-	pg, ok := rt.db.Dialect.(*postgres.Dialect)
-	if l, isLock := rt.db.Dialect.(*postgres.LockDialect); isLock {
-		pg, ok = l.Dialect, true
-	}
+	pg, ok := postgresDialect(rt.db.Dialect)
 	if !ok {
 		return nil, nil, fmt.Errorf("relay.notify: wake on commit needs database.type postgresql (other databases poll)")
 	}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -97,4 +101,56 @@ AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2 AND mode = 
 		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
 	}
 	checkDeliveries(t, "HTTP", w.hooks.deliveries(), rowIDs(t, w.pg.Pool), "hook.", false)
+}
+
+// TestCheckNotifyTrigger: queuebox check says when the wake-on-commit
+// trigger cannot wake the relay (another channel) or serialises the
+// producers' commits (an earlier release's function).
+func TestCheckNotifyTrigger(t *testing.T) {
+	w := newWorld(t, 0)
+	check := func(notify string) (int, string) {
+		t.Helper()
+		cfg := w.config(t, "notify: "+notify)
+		cmd := exec.Command(binPath, "check", "--config", cfg)
+		cmd.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	if code, out := check("{channel: qbcheck, createTrigger: true}"); code != 0 || !strings.Contains(out, "not installed yet") {
+		t.Fatalf("no trigger, createTrigger: exit %d\n%s", code, out)
+	}
+	if code, out := check("{channel: qbcheck}"); code != 0 || !strings.Contains(out, "no trigger outbox_qb_notify") {
+		t.Fatalf("no trigger, application notifies: exit %d\n%s", code, out)
+	}
+	exec1 := func(sql string) {
+		t.Helper()
+		if _, err := w.pg.Pool.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec1(`CREATE FUNCTION outbox_qb_notify() RETURNS trigger LANGUAGE plpgsql AS $qb$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock_shared(29026, hashtext('qbcheck')) THEN
+        PERFORM pg_notify('qbcheck', '');
+    END IF;
+    RETURN NULL;
+END
+$qb$`)
+	exec1(`CREATE TRIGGER outbox_qb_notify AFTER INSERT ON outbox FOR EACH STATEMENT EXECUTE FUNCTION outbox_qb_notify()`)
+	if code, out := check("{channel: qbcheck}"); code != 0 || !strings.Contains(out, `ok    relay.notify: trigger outbox_qb_notify notifies "qbcheck" while a relay sleeps`) {
+		t.Fatalf("gated trigger on the channel: exit %d\n%s", code, out)
+	}
+	code, out := check("{channel: other}")
+	if code != 1 || !strings.Contains(out, `notifies channel "qbcheck", but the relay listens on "other"`) || !strings.Contains(out, `set relay.notify.channel: "qbcheck"`) {
+		t.Fatalf("trigger on another channel: exit %d, want 1 and the cause\n%s", code, out)
+	}
+	exec1(`CREATE OR REPLACE FUNCTION outbox_qb_notify() RETURNS trigger LANGUAGE plpgsql AS $qb$
+BEGIN
+    PERFORM pg_notify('qbcheck', '');
+    RETURN NULL;
+END
+$qb$`)
+	if code, out := check("{channel: qbcheck}"); code != 0 || !strings.Contains(out, "notifies on every insert") {
+		t.Fatalf("earlier release's trigger: exit %d, want 0 and a warning\n%s", code, out)
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"regexp"
+	"strings"
 	"text/template"
 	"time"
 
@@ -169,6 +171,42 @@ func (l *Listener) listen(ctx context.Context) error {
 		l.arm.obs.WakeNotified()
 		l.arm.disarm(ctx)
 	}
+}
+
+// NotifyTrigger is what NotifyTriggerState found of the wake-on-commit
+// trigger that EnsureNotifyTrigger installs.
+type NotifyTrigger struct {
+	Name      string // <table>_qb_notify
+	Installed bool   // the trigger is on the table
+	Channel   string // the channel its function notifies ("" when not found)
+	// Gated: it notifies only while a relay sleeps. The function of an
+	// earlier release notified on every insert, which serialises the
+	// producers' commits.
+	Gated bool
+}
+
+var notifyChannelRE = regexp.MustCompile(`pg_notify\('((?:[^']|'')*)'`)
+
+// NotifyTriggerState reports the trigger named as EnsureNotifyTrigger
+// names it, for queuebox check. A trigger the application wrote itself
+// under another name is not looked for.
+func (d *Dialect) NotifyTriggerState(ctx context.Context) (NotifyTrigger, error) {
+	t := NotifyTrigger{Name: d.mapping.TableName() + "_qb_notify"}
+	var src string
+	err := d.pool.QueryRow(ctx, `SELECT p.prosrc FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+WHERE t.tgrelid = $1::regclass AND t.tgname = $2 AND NOT t.tgisinternal`, d.mapping.Table(QuoteIdent), t.Name).Scan(&src)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, nil
+	}
+	if err != nil {
+		return t, interpretError("notify_trigger_state", err)
+	}
+	t.Installed = true
+	if m := notifyChannelRE.FindStringSubmatch(src); m != nil {
+		t.Channel = strings.ReplaceAll(m[1], "''", "'")
+	}
+	t.Gated = strings.Contains(src, "pg_try_advisory_xact_lock_shared(")
+	return t, nil
 }
 
 // EnsureNotifyTrigger installs, when missing, the statement-level AFTER

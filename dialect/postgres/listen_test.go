@@ -392,3 +392,38 @@ func TestWakeObserverSeesTheGate(t *testing.T) {
 		t.Errorf("events %q, want %q", got, want)
 	}
 }
+
+// TestNotifyTriggerState reads back what EnsureNotifyTrigger installed,
+// and tells an earlier release's function (a NOTIFY on every insert) from
+// the gated one.
+func TestNotifyTriggerState(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	st, err := d.NotifyTriggerState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Installed || st.Name != "outbox_qb_notify" {
+		t.Fatalf("before install: %+v", st)
+	}
+	channel := "qb_it's_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:8]
+	if err := d.EnsureNotifyTrigger(ctx, channel); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = d.NotifyTriggerState(ctx); err != nil || st != (NotifyTrigger{Name: "outbox_qb_notify", Installed: true, Channel: channel, Gated: true}) {
+		t.Fatalf("after install: %+v, %v", st, err)
+	}
+	// The function as an earlier release wrote it.
+	if _, err := pg.Pool.Exec(ctx, `CREATE OR REPLACE FUNCTION outbox_qb_notify() RETURNS trigger LANGUAGE plpgsql AS $qb$
+BEGIN
+    PERFORM pg_notify('old_channel', '');
+    RETURN NULL;
+END
+$qb$`); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = d.NotifyTriggerState(ctx); err != nil || st != (NotifyTrigger{Name: "outbox_qb_notify", Installed: true, Channel: "old_channel"}) {
+		t.Fatalf("earlier release's function: %+v, %v", st, err)
+	}
+}
