@@ -62,14 +62,10 @@ func New() *Metrics {
 			Help:    "Duration of claim statements, by result (ok, error).",
 			Buckets: latency,
 		}, []string{"result"}),
-		claimedRows: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "claimed_rows_total",
-			Help: "Rows claimed.",
-		}),
-		claimLimit: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "claim_limit",
-			Help: "Rows the last claim asked for: relay.batchSize, or a share of it while whole batches find fewer ready rows.",
-		}),
+		claimedRows: counter("claimed_rows_total",
+			"Rows claimed."),
+		claimLimit: gauge("claim_limit",
+			"Rows the last claim asked for: relay.batchSize, or a share of it while whole batches find fewer ready rows."),
 		publishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "publish_duration_seconds",
 			Help:    "Duration of one batch publish to a destination.",
@@ -89,54 +85,34 @@ func New() *Metrics {
 			Help:    "Duration of settlement statements, by operation (complete, retry, dead, release) and result.",
 			Buckets: latency,
 		}, []string{"op", "result"}),
-		claimsLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "claims_lost_total",
-			Help: "Rows whose fenced write matched nothing: the lease expired and the row was reclaimed.",
-		}),
-		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "leases_reclaimed_total",
-			Help: "Rows returned to pending because their lease expired.",
-		}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "inflight_rows",
-			Help: "Rows claimed by this process and not yet settled.",
-		}),
+		claimsLost: counter("claims_lost_total",
+			"Rows whose fenced write matched nothing: the lease expired and the row was reclaimed."),
+		reclaimed: counter("leases_reclaimed_total",
+			"Rows returned to pending because their lease expired."),
+		inflight: gauge("inflight_rows",
+			"Rows claimed by this process and not yet settled."),
 		circuit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "destination_circuit_state",
 			Help: "Circuit breaker of a destination: 0 closed, 1 open, 2 half-open.",
 		}, []string{"destination"}),
-		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "pending_rows",
-			Help: "Rows in state pending (refreshed on an interval).",
-		}),
-		Processing: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "processing_rows",
-			Help: "Rows in state processing, across all relays (refreshed on an interval).",
-		}),
-		Dead: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "dead_rows",
-			Help: "Rows in state dead (refreshed on an interval).",
-		}),
-		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "oldest_pending_age_seconds",
-			Help: "Age of the oldest due pending row, 0 when none (refreshed on an interval).",
-		}),
+		Pending: gauge("pending_rows",
+			"Rows in state pending (refreshed on an interval)."),
+		Processing: gauge("processing_rows",
+			"Rows in state processing, across all relays (refreshed on an interval)."),
+		Dead: gauge("dead_rows",
+			"Rows in state dead (refreshed on an interval)."),
+		OldestPendingAge: gauge("oldest_pending_age_seconds",
+			"Age of the oldest due pending row, 0 when none (refreshed on an interval)."),
 		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "retention_deleted_rows_total",
 			Help: "Rows deleted by retention, by state (sent, dead).",
 		}, []string{"state"}),
-		wakeListening: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "wake_listening",
-			Help: "1 while the wake-on-commit LISTEN connection is up (relay.notify), else 0.",
-		}),
-		wakeArmed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "wake_armed",
-			Help: "1 while this relay holds the notify lock: it sleeps and producers notify.",
-		}),
-		wakeNotified: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "wake_notifications_total",
-			Help: "Notifications received on the relay.notify channel.",
-		}),
+		wakeListening: gauge("wake_listening",
+			"1 while the wake-on-commit LISTEN connection is up (relay.notify), else 0."),
+		wakeArmed: gauge("wake_armed",
+			"1 while this relay holds the notify lock: it sleeps and producers notify."),
+		wakeNotified: counter("wake_notifications_total",
+			"Notifications received on the relay.notify channel."),
 	}
 	r.MustRegister(m.claimDuration, m.claimedRows, m.claimLimit, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
@@ -154,6 +130,15 @@ func New() *Metrics {
 		m.purged.WithLabelValues(s)
 	}
 	return m
+}
+
+// gauge and counter declare an unlabelled series of the namespace.
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
 }
 
 // WakeListening, WakeArmed and WakeNotified report the wake-on-commit
