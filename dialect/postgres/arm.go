@@ -74,7 +74,8 @@ type armer struct {
 	conn      *pgx.Conn       // the arming connection
 	armed     bool            // conn holds the lock
 	pending   bool            // conn waits for the lock (await owns it meanwhile)
-	covered   bool            // another relay holds or waits for the lock
+	// coveredAt is when another relay was last seen holding or waiting for
+	// the lock; zero when not covered.
 	coveredAt time.Time
 	listening bool // the LISTEN connection is up: a notification can be heard
 	stopped   bool
@@ -102,7 +103,7 @@ func (a *armer) arm(ctx context.Context) (bool, error) {
 	switch {
 	case a.stopped, !a.listening, a.armed, a.pending:
 		return false, nil
-	case a.covered && time.Since(a.coveredAt) < a.check:
+	case !a.coveredAt.IsZero() && time.Since(a.coveredAt) < a.check:
 		return false, nil
 	}
 	return a.askLocked(ctx)
@@ -127,13 +128,13 @@ func (a *armer) askLocked(ctx context.Context) (bool, error) {
 		a.closeLocked()
 		return false, interpretError("notify_arm", err)
 	}
-	a.covered = false
+	a.coveredAt = time.Time{}
 	switch state {
 	case "armed":
 		a.setArmedLocked(true)
 		return true, nil
 	case "covered":
-		a.covered, a.coveredAt = true, time.Now()
+		a.coveredAt = time.Now()
 		return false, nil
 	}
 	// Producers that did not notify are still open. Queue behind them;
@@ -187,7 +188,7 @@ func (a *armer) disarm(ctx context.Context) {
 	a.mu.Lock()
 	held, conn := a.armed, a.conn
 	a.setArmedLocked(false)
-	a.covered = false
+	a.coveredAt = time.Time{}
 	a.mu.Unlock()
 	a.signal()
 	if !held {
@@ -218,7 +219,7 @@ func (a *armer) disarm(ctx context.Context) {
 func (a *armer) setListening(on bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.listening, a.covered = on, false
+	a.listening, a.coveredAt = on, time.Time{}
 	a.obs.WakeListening(on)
 	if !on && a.armed {
 		a.handOverLocked()
@@ -257,7 +258,7 @@ func (a *armer) look(ctx context.Context) bool {
 			return true
 		}
 		return false
-	case a.covered:
+	case !a.coveredAt.IsZero():
 		fresh, err := a.askLocked(ctx)
 		return fresh || err != nil
 	}
@@ -296,7 +297,7 @@ func (a *armer) handOverLocked() {
 
 func (a *armer) closeLocked() {
 	a.setArmedLocked(false)
-	a.covered = false
+	a.coveredAt = time.Time{}
 	if a.conn == nil {
 		return
 	}
