@@ -184,6 +184,11 @@ type Latency struct {
 	IdleCPU   float64 `json:"idleCpuPercent"`
 	Error     string  `json:"error,omitempty"`
 	Delivered int     `json:"delivered"`
+	// Notifications is how many notifications a listener of the bench's
+	// own heard on the relay's channel while the rows were written and
+	// delivered: the commits that notified (producers notify only while
+	// the relay sleeps). Wake on commit only.
+	Notifications int `json:"notifications,omitempty"`
 }
 
 func (o *Options) say(format string, args ...any) {

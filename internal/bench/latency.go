@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 )
 
@@ -67,6 +69,16 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 		return fail(err)
 	}
 
+	// With wake on commit, count the commits that notify.
+	var notified atomic.Int64
+	if wake {
+		stop, err := countNotifications(ctx, s.url, cfg.Notify, &notified)
+		if err != nil {
+			return fail(err)
+		}
+		defer func() { stop(); l.Notifications = int(notified.Load()) }()
+	}
+
 	// The offered load: row i is due at start + i/rate.
 	var (
 		mu        sync.Mutex
@@ -102,10 +114,10 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 			}
 		}()
 	}
-	// Writers that fall behind (with wake on commit PostgreSQL serialises
-	// the commits that sent NOTIFY) stop at the end of the duration: the
-	// rows not yet written are not offered, and "written rows/s" says
-	// what the writers managed.
+	// Writers that fall behind (PostgreSQL serialises the commits that
+	// send NOTIFY; the trigger sends it only while the relay sleeps) stop
+	// at the end of the duration: the rows not yet written are not
+	// offered, and "written rows/s" says what the writers managed.
 	end := start.Add(o.Duration + time.Second)
 	for i := 0; i < total && ctx.Err() == nil && time.Now().Before(end); i++ {
 		next <- i
@@ -137,6 +149,35 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 	slices.Sort(lat)
 	l.P50, l.P95, l.P99, l.Max = pct(lat, 50), pct(lat, 95), pct(lat, 99), lat[len(lat)-1]
 	return l
+}
+
+// countNotifications LISTENs on channel on a connection of its own and
+// counts what arrives in n until stop.
+func countNotifications(ctx context.Context, url, channel string, n *atomic.Int64) (stop func(), err error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("bench: listen: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("bench: listen: %w", err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, err := conn.WaitForNotification(lctx); err != nil {
+				return
+			}
+			n.Add(1)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		_ = conn.Close(context.WithoutCancel(ctx))
+	}, nil
 }
 
 func pct(sorted []float64, p float64) float64 {

@@ -50,17 +50,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if len(r.Latency) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "commit-to-ack\toffered rows/s\twritten rows/s\trows\tp50 ms\tp95 ms\tp99 ms\tmax ms\tidle q/s\tidle CPU %\t")
+		fmt.Fprintln(tw, "commit-to-ack\toffered rows/s\twritten rows/s\trows\tp50 ms\tp95 ms\tp99 ms\tmax ms\tnotifying commits %\tidle q/s\tidle CPU %\t")
 		for _, l := range r.Latency {
 			mode := "polling"
 			if l.Wake {
 				mode = "wake on commit"
 			}
 			if l.Error != "" {
-				fmt.Fprintf(tw, "%s\t%d\tFAILED\t\t\t\t\t\t\t\t\n", mode, l.Offered)
+				fmt.Fprintf(tw, "%s\t%d\tFAILED\t\t\t\t\t\t\t\t\t\n", mode, l.Offered)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t\n", mode, l.Offered, l.Achieved, l.Rows, l.P50, l.P95, l.P99, l.Max, l.IdleQPS, l.IdleCPU)
+			notifying := "–"
+			if l.Wake && l.Rows > 0 {
+				notifying = fmt.Sprintf("%.1f", 100*float64(l.Notifications)/float64(l.Rows))
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%.1f\t%.2f\t\n", mode, l.Offered, l.Achieved, l.Rows, l.P50, l.P95, l.P99, l.Max, notifying, l.IdleQPS, l.IdleCPU)
 		}
 		tw.Flush()
 	}
