@@ -17,7 +17,8 @@ import (
 )
 
 // Wake on commit. A Listener holds one dedicated connection (outside the
-// pool) that LISTENs on a channel and turns every notification into a
+// pool; a second one holds the notify lock, see arm.go) that LISTENs on a
+// channel and turns every notification into a
 // non-blocking signal on C: bursts of notifications collapse into one
 // pending signal, so a busy producer never blocks or floods the relay. The
 // relay's polling stays the safety net: a notification lost while the
