@@ -69,11 +69,11 @@ type armer struct {
 	obs     WakeObserver
 	check   time.Duration // how often watch looks at the lock (1s)
 
-	mu        sync.Mutex
-	runCtx    context.Context // Run's: ends a request waiting for the lock
-	conn      *pgx.Conn       // the arming connection
-	armed     bool            // conn holds the lock
-	pending   bool            // conn waits for the lock (await owns it meanwhile)
+	mu      sync.Mutex
+	runCtx  context.Context // Run's: ends a request waiting for the lock
+	conn    *pgx.Conn       // the arming connection
+	armed   bool            // conn holds the lock
+	pending bool            // conn waits for the lock (await owns it meanwhile)
 	// coveredAt is when another relay was last seen holding or waiting for
 	// the lock; zero when not covered.
 	coveredAt time.Time
