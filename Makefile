@@ -19,6 +19,7 @@ build: ## Build bin/queuebox.
 
 .PHONY: test
 test: ## Run the whole test suite (unit + integration against real services).
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt: these files need gofmt -w:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test $(TEST_FLAGS) -p 2 ./...
 
