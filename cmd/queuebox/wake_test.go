@@ -32,13 +32,7 @@ func TestWakeOnCommitWithoutPolling(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 
 	asleep := func() bool {
-		var held int
-		err := w.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2 AND mode = 'ExclusiveLock'`, postgres.NotifyLockClass, channel).Scan(&held)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return held == 1
+		return testenv.AdvisoryLockHolders(t, ctx, w.pg.Pool, postgres.NotifyLockClass, channel) == 1
 	}
 	testenv.Eventually(t, 30*time.Second, asleep, "the idle relays never armed the notification")
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -240,6 +241,24 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	w.hooks = newReceiver(t)
 	w.watchWire()
 	return w
+}
+
+// throughProxy points the relay's database URL at a TCP proxy in front of
+// PostgreSQL, for the scenarios that cut its connections.
+func (w *world) throughProxy() *Proxy {
+	w.t.Helper()
+	u, err := url.Parse(w.pg.URL)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	proxy, err := NewProxy(u.Host)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = proxy.Close() })
+	u.Host = proxy.Addr()
+	w.dbURL = u.String()
+	return proxy
 }
 
 // watchWire counts every message published on the world's subjects with a

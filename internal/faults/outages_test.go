@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -78,17 +77,7 @@ func TestFaultDatabaseCut(t *testing.T) {
 	faultSuite(t)
 	resetKeys()
 	w := newWorld(t, worldOptions{})
-	u, err := url.Parse(w.pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := NewProxy(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
-	w.dbURL = u.String()
+	proxy := w.throughProxy()
 	const total = 10000
 	insert(t, w.pg.Pool, total, 100, mixedTopic)
 	cfg := w.config("batchSize: 100\npollInterval: 20ms\nlease: 3s\nreapInterval: 300ms\nbackoff: {base: 100ms, max: 2s}", "")

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -20,17 +19,7 @@ func TestFaultWakeAfterDatabaseCut(t *testing.T) {
 	faultSuite(t)
 	resetKeys()
 	w := newWorld(t, worldOptions{})
-	u, err := url.Parse(w.pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := NewProxy(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	u.Host = proxy.Addr()
-	w.dbURL = u.String()
+	proxy := w.throughProxy()
 	channel := testenv.UniqueName("qbfwake")
 	cfg := w.config("batchSize: 100\npollInterval: 30s\nmaxPollInterval: 30s\nnotify: {channel: "+channel+", createTrigger: true}", "")
 	p := startQueuebox(t, "relay", "run", "--config", cfg)
@@ -38,13 +27,7 @@ func TestFaultWakeAfterDatabaseCut(t *testing.T) {
 	ctx := testenv.Context(t, 3*time.Minute)
 
 	armed := func() bool {
-		var held int
-		err := w.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2 AND mode = 'ExclusiveLock'`, postgres.NotifyLockClass, channel).Scan(&held)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return held == 1
+		return testenv.AdvisoryLockHolders(t, ctx, w.pg.Pool, postgres.NotifyLockClass, channel) == 1
 	}
 	testenv.Eventually(t, 30*time.Second, armed, "the idle relay never armed")
 	insert(t, w.pg.Pool, 100, 10, mixedTopic)

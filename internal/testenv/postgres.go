@@ -170,3 +170,18 @@ func (p *PG) MustExec(t testing.TB, ctx context.Context, sql string, args ...any
 		t.Fatalf("%s: %v", first, err)
 	}
 }
+
+// AdvisoryLockHolders counts the sessions that hold the two-key advisory
+// lock (class, hashtext(name)) exclusively: the wake-on-commit tests ask
+// whether a relay sleeps holding the notify lock (postgres.NotifyLockClass,
+// the channel).
+func AdvisoryLockHolders(t testing.TB, ctx context.Context, pool *pgxpool.Pool, class int, name string) int {
+	t.Helper()
+	var held int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2 AND mode = 'ExclusiveLock'`, class, name).Scan(&held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
