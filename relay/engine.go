@@ -49,15 +49,32 @@ type Options struct {
 	// Arm, when set beside Wake, is called when the last busy worker falls
 	// idle (an empty claim while the others sleep): it asks producers to
 	// notify from now on (on PostgreSQL, producers notify only while a
-	// relay sleeps, because NOTIFY serialises their commits). It reports
-	// true when this call armed the wake: rows committed without a
-	// notification are visible now, so the worker claims once more (not as
-	// a poll) before it sleeps. False (armed already, by this relay or
-	// another, or armed later) lets the worker sleep; the wake source
-	// signals Wake when an arming completes later or is lost, and polling
-	// stays the safety net. An error is logged; the worker polls.
-	Arm func(ctx context.Context) (bool, error)
+	// relay sleeps, because NOTIFY serialises their commits). Its answer
+	// (Arming) decides how the worker sleeps; an error is logged, and the
+	// worker polls as it would without a wake source.
+	Arm func(ctx context.Context) (Arming, error)
 }
+
+// Arming is the answer of Options.Arm.
+type Arming int
+
+const (
+	// ArmUnavailable: producers may commit without notifying (the wake
+	// source is down, or shutting down). The worker polls as it would
+	// without a wake source: every PollInterval for the first second of
+	// quiet, then backing off.
+	ArmUnavailable Arming = iota
+	// ArmWatched: producers notify from now on (armed already, by this
+	// relay or another), or will once a request that is queued is granted,
+	// and the wake source signals Wake when that changes (a grant, a lost
+	// arming, a cover that went away). Polling is only the safety net: the
+	// worker sleeps MaxPollInterval at once.
+	ArmWatched
+	// ArmFresh: this call armed the wake. Rows committed without a
+	// notification before it are visible now, so the worker claims once
+	// more (not as a poll) before it sleeps.
+	ArmFresh
+)
 
 func (o *Options) setDefaults() {
 	if o.BatchSize <= 0 {
@@ -238,12 +255,20 @@ func (e *Engine) worker(ctx context.Context, id int) {
 		// claims again before it sleeps, so it arms in time, and producers
 		// do not notify while any worker is busy.
 		idle := err == nil && e.opt.Arm != nil
-		if idle && e.awake.Add(-1) == 0 && e.arm(ctx, log) {
-			e.awake.Add(1)
-			armed = true
-			continue // producers notify from now on: claim what came before
+		wait := e.idleWait(id, empty)
+		if idle && e.awake.Add(-1) == 0 {
+			switch e.arm(ctx, log) {
+			case ArmFresh:
+				e.awake.Add(1)
+				armed = true
+				continue // producers notify from now on: claim what came before
+			case ArmWatched:
+				// Producers notify while this worker sleeps: no quick
+				// polls after a burst, only the safety net.
+				wait = e.opt.MaxPollInterval
+			}
 		}
-		woken := !sleep(ctx, wake, e.idleWait(id, empty))
+		woken := !sleep(ctx, wake, wait)
 		if idle {
 			e.awake.Add(1)
 		}
@@ -254,17 +279,17 @@ func (e *Engine) worker(ctx context.Context, id int) {
 	}
 }
 
-// arm asks producers to notify before the worker sleeps (Options.Arm). It
-// reports whether the worker must claim once more first.
-func (e *Engine) arm(ctx context.Context, log *slog.Logger) bool {
-	fresh, err := e.opt.Arm(ctx)
+// arm asks producers to notify before the worker sleeps (Options.Arm).
+func (e *Engine) arm(ctx context.Context, log *slog.Logger) Arming {
+	a, err := e.opt.Arm(ctx)
 	switch {
 	case err == nil:
 		e.armFailing.Store(false)
+		return a
 	case ctx.Err() == nil && !e.armFailing.Swap(true): // once per spell of failures
 		log.Warn("wake on commit: could not ask producers to notify; polling until it works again", "err", err)
 	}
-	return fresh
+	return ArmUnavailable
 }
 
 // idleWait is how long a worker waits after empty consecutive claims that

@@ -40,15 +40,16 @@ func TestArmedWorkerClaimsOnceMoreBeforeSleeping(t *testing.T) {
 		t.Fatal(err)
 	}
 	var arms atomic.Int64
-	arm := func(ctx context.Context) (bool, error) {
+	arm := func(ctx context.Context) (relay.Arming, error) {
 		if arms.Add(1) > 1 {
-			return false, nil // armed already: sleep
+			return relay.ArmWatched, nil // armed already: sleep
 		}
 		_, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, payload) VALUES ('t', '{}')`)
 		if err != nil {
 			t.Error(err)
+			return relay.ArmUnavailable, nil
 		}
-		return err == nil, nil
+		return relay.ArmFresh, nil
 	}
 	e, dest := newSlowEngine(t, pollsSkip{db}, relay.Options{
 		PollInterval: 30 * time.Second, MaxPollInterval: 30 * time.Second, InflightBatches: 2,
@@ -67,5 +68,62 @@ func TestArmedWorkerClaimsOnceMoreBeforeSleeping(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := arms.Load(); n != 2 {
 		t.Errorf("Arm called %d times, want 2", n)
+	}
+}
+
+// countClaims counts the claims that reach the database.
+type countClaims struct {
+	dialect.Dialect
+	n atomic.Int64
+}
+
+func (d *countClaims) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	d.n.Add(1)
+	return d.Dialect.Claim(ctx, p)
+}
+
+// TestWatchedRelayPollsOnlyAsTheSafetyNet: once Arm reports that
+// producers notify (ArmWatched), the worker sleeps MaxPollInterval at
+// once instead of polling every PollInterval for the first second of
+// quiet; a notification still wakes it at once. When the wake source is
+// down (ArmUnavailable) it polls as it would without one.
+func TestWatchedRelayPollsOnlyAsTheSafetyNet(t *testing.T) {
+	pg := testenv.Postgres(t)
+	db, err := postgres.New(pg.Pool, dialect.DefaultMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Within a second of quiet, a worker without a wake source claims
+	// every PollInterval (10 ms): about 80 times in the window.
+	const window = 800 * time.Millisecond
+	claims := func(answer relay.Arming) (n int64, wake chan struct{}, dest *slowDest) {
+		counted := &countClaims{Dialect: db}
+		wake = make(chan struct{}, 1)
+		e, dest := newSlowEngine(t, counted, relay.Options{
+			PollInterval: 10 * time.Millisecond, MaxPollInterval: time.Minute, InflightBatches: 2,
+			Wake: wake,
+			Arm:  func(context.Context) (relay.Arming, error) { return answer, nil },
+		})
+		runEngine(t, e)
+		time.Sleep(window)
+		return counted.n.Load(), wake, dest
+	}
+
+	watched, wake, dest := claims(relay.ArmWatched)
+	// One claim per worker, and one more poll by worker 0 if it fell idle
+	// first (it sleeps PollInterval when it is not the last).
+	if watched > 4 {
+		t.Errorf("watched: %d claims in %v of quiet, want at most 4 (the safety-net poll is a minute away)", watched, window)
+	}
+	if _, err := pg.Pool.Exec(context.Background(), `INSERT INTO outbox (topic, payload) VALUES ('t', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	wake <- struct{}{}
+	testenv.Eventually(t, 10*time.Second, func() bool { return dest.sent.Load() == 1 },
+		"a watched relay did not claim when woken")
+
+	unavailable, _, _ := claims(relay.ArmUnavailable)
+	if unavailable < 20 {
+		t.Errorf("wake source down: %d claims in %v of quiet, want the usual polls every 10ms (at least 20)", unavailable, window)
 	}
 }

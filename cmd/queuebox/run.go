@@ -161,7 +161,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 // sleeps (both nil when relay.notify.channel is empty). With createTrigger
 // it first installs the NOTIFY trigger. The listener lives until Close,
 // not until ctx (which only bounds the start).
-func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, func(context.Context) (bool, error), error) {
+func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, func(context.Context) (relay.Arming, error), error) {
 	n := rt.cfg.Relay.Notify
 	if n.Channel == "" {
 		return nil, nil, nil
@@ -193,7 +193,17 @@ func (rt *relayRuntime) startWake(ctx context.Context) (<-chan struct{}, func(co
 		}
 	}
 	rt.log.Info("wake on commit: listening", "channel", n.Channel, "trigger", n.CreateTrigger)
-	return l.C(), l.Arm, nil
+	arm := func(ctx context.Context) (relay.Arming, error) {
+		fresh, watched, err := l.Arm(ctx)
+		switch {
+		case fresh:
+			return relay.ArmFresh, err
+		case watched:
+			return relay.ArmWatched, err
+		}
+		return relay.ArmUnavailable, err
+	}
+	return l.C(), arm, nil
 }
 
 // Close closes the destinations and the database. It is idempotent.

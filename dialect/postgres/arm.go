@@ -89,24 +89,31 @@ func (a *armer) start(ctx context.Context) {
 	a.runCtx = ctx
 }
 
-// arm asks producers to notify from now on. It reports true when this call
-// armed the channel: every producer that committed without notifying has
-// finished, so one more claim sees its rows, and the caller claims once
-// more before it sleeps. It reports false when the channel is armed
-// already (by this relay or another), when this relay's request waits for
-// producers' open transactions (they notify meanwhile, and the grant
-// wakes the workers), and when the LISTEN connection is down (polling
-// finds the rows then).
-func (a *armer) arm(ctx context.Context) (bool, error) {
+// arm asks producers to notify from now on. It reports fresh when this
+// call armed the channel: every producer that committed without notifying
+// has finished, so one more claim sees its rows, and the caller claims once
+// more before it sleeps. It reports watched (and not fresh) when the
+// channel is armed already (by this relay or another) and when this
+// relay's request waits for producers' open transactions (they notify
+// meanwhile, and the grant wakes the workers): the caller can sleep until
+// a notification, polling only as a safety net, because every way the
+// arming can end (a grant, a lost connection, a cover that went away, a
+// hand-over) signals the workers. It reports neither when the LISTEN
+// connection is down or the listener has stopped (polling finds the rows
+// then), nor on an error.
+func (a *armer) arm(ctx context.Context) (fresh, watched bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
-	case a.stopped, !a.listening, a.armed, a.pending:
-		return false, nil
+	case a.stopped, !a.listening:
+		return false, false, nil
+	case a.armed, a.pending:
+		return false, true, nil
 	case !a.coveredAt.IsZero() && time.Since(a.coveredAt) < a.check:
-		return false, nil
+		return false, true, nil
 	}
-	return a.askLocked(ctx)
+	fresh, err = a.askLocked(ctx)
+	return fresh, err == nil, err
 }
 
 func (a *armer) askLocked(ctx context.Context) (bool, error) {
@@ -221,9 +228,15 @@ func (a *armer) setListening(on bool) {
 	defer a.mu.Unlock()
 	a.listening, a.coveredAt = on, time.Time{}
 	a.obs.WakeListening(on)
-	if !on && a.armed {
+	if on {
+		return
+	}
+	if a.armed {
 		a.handOverLocked()
 	}
+	// Workers that sleep until a notification (Arm reported watched) go
+	// back to polling: none can be heard now.
+	a.signal()
 }
 
 // watch looks at the lock every a.check until ctx ends: a lost arming

@@ -106,7 +106,9 @@ func (l *Listener) signal() {
 func (l *Listener) Observe(o WakeObserver) { l.arm.obs = o }
 
 // Arm asks producers to notify from now on: see armer.arm.
-func (l *Listener) Arm(ctx context.Context) (bool, error) { return l.arm.arm(ctx) }
+func (l *Listener) Arm(ctx context.Context) (fresh, watched bool, err error) {
+	return l.arm.arm(ctx)
+}
 
 // Run listens until ctx ends, reconnecting with backoff when the
 // connection fails. It returns nil when ctx ends, having dropped the

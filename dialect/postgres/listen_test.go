@@ -129,13 +129,24 @@ FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::oid AND objid = hash
 	return held, waiting
 }
 
+// arm reports whether Arm armed the channel afresh.
 func (r *notifyRig) arm(l *Listener) bool {
 	r.t.Helper()
-	fresh, err := l.Arm(r.ctx)
+	fresh, _ := r.armState(l)
+	return fresh
+}
+
+// armState reports both answers of Arm; a fresh arming is watched too.
+func (r *notifyRig) armState(l *Listener) (fresh, watched bool) {
+	r.t.Helper()
+	fresh, watched, err := l.Arm(r.ctx)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return fresh
+	if fresh && !watched {
+		r.t.Error("Arm reported a fresh arming that is not watched")
+	}
+	return fresh, watched
 }
 
 // waitUnlocked waits until no relay holds the lock (a listener drops it
@@ -163,8 +174,8 @@ func TestProducersNotifyOnlyWhileARelaySleeps(t *testing.T) {
 	if !r.arm(l) {
 		t.Fatal("Arm on an idle channel did not arm")
 	}
-	if r.arm(l) {
-		t.Error("a second Arm reported a fresh arming")
+	if fresh, watched := r.armState(l); fresh || !watched {
+		t.Errorf("a second Arm reported fresh %v, watched %v; want watched only", fresh, watched)
 	}
 	if held, _ := r.lock(); held != 1 {
 		t.Fatalf("armed, but %d exclusive holders", held)
@@ -221,8 +232,8 @@ func TestArmWaitsForProducersThatDidNotNotify(t *testing.T) {
 	l := r.listen()
 
 	open := r.begin() // did not notify: no relay was asleep
-	if r.arm(l) {
-		t.Fatal("armed while a producer that did not notify was open")
+	if fresh, watched := r.armState(l); fresh || !watched {
+		t.Fatalf("with a producer that did not notify open, Arm reported fresh %v, watched %v; want watched only (the grant wakes)", fresh, watched)
 	}
 	// The request is sent in the background.
 	testenv.Eventually(t, 10*time.Second, func() bool { _, waiting := r.lock(); return waiting == 1 }, "the relay's request never queued")
@@ -257,8 +268,8 @@ func TestSecondRelayIsCoveredByTheFirst(t *testing.T) {
 	if !r.arm(a) {
 		t.Fatal("first relay did not arm")
 	}
-	if r.arm(b) {
-		t.Error("second relay armed beside the first")
+	if fresh, watched := r.armState(b); fresh || !watched {
+		t.Errorf("second relay: Arm reported fresh %v, watched %v; want watched only (covered)", fresh, watched)
 	}
 	if held, waiting := r.lock(); held != 1 || waiting != 0 {
 		t.Errorf("covered relay: %d held, %d waiting; want the first relay's hold only", held, waiting)
@@ -333,9 +344,11 @@ func TestNoArmingWithoutListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.terminate(pid)
+	// Workers that sleep until a notification go back to polling.
+	r.signalled(l, "LISTEN connection lost")
 	r.waitUnlocked()
-	if r.arm(l) {
-		t.Error("armed while not listening")
+	if fresh, watched := r.armState(l); fresh || watched {
+		t.Errorf("while not listening, Arm reported fresh %v, watched %v; want neither (workers must poll)", fresh, watched)
 	}
 	r.signalled(l, "listening again") // the reconnect signals
 	if !r.arm(l) {
