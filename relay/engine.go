@@ -59,18 +59,20 @@ type Options struct {
 type Arming int
 
 const (
-	// ArmUnavailable: producers may commit without notifying (the wake
-	// source is down, or shutting down). The worker polls as it would
-	// without a wake source: every PollInterval for the first second of
-	// quiet, then backing off.
+	// ArmUnavailable: producers may commit without notifying and nothing
+	// would tell this relay (the wake source is down or shutting down, or
+	// another relay's arming covers this one and may end without a
+	// signal). The worker polls as it would without a wake source: every
+	// PollInterval for the first second of quiet, then backing off.
 	ArmUnavailable Arming = iota
-	// ArmWatched: producers notify from now on (armed already, by this
-	// relay or another), or will once a request that is queued is granted,
-	// and the wake source signals Wake when that changes (a grant, a lost
-	// arming, a cover that went away). Polling is only the safety net: the
-	// worker sleeps MaxPollInterval at once.
+	// ArmWatched: producers notify from now on (this relay holds the
+	// arming), or will once a request that is queued is granted, and the
+	// wake source signals Wake when that ends (a grant, a lost arming, a
+	// hand-over). Polling is only the safety net: the worker sleeps
+	// MaxPollInterval at once.
 	ArmWatched
-	// ArmFresh: this call armed the wake. Rows committed without a
+	// ArmFresh: this call armed the wake (or queued the request behind
+	// producers that did not notify). Rows committed without a
 	// notification before it are visible now, so the worker claims once
 	// more (not as a poll) before it sleeps.
 	ArmFresh

@@ -90,17 +90,20 @@ func (a *armer) start(ctx context.Context) {
 }
 
 // arm asks producers to notify from now on. It reports fresh when this
-// call armed the channel: every producer that committed without notifying
-// has finished, so one more claim sees its rows, and the caller claims once
-// more before it sleeps. It reports watched (and not fresh) when the
-// channel is armed already (by this relay or another) and when this
-// relay's request waits for producers' open transactions (they notify
-// meanwhile, and the grant wakes the workers): the caller can sleep until
-// a notification, polling only as a safety net, because every way the
-// arming can end (a grant, a lost connection, a cover that went away, a
-// hand-over) signals the workers. It reports neither when the LISTEN
-// connection is down or the listener has stopped (polling finds the rows
-// then), nor on an error.
+// call armed the channel, or queued the request behind producers' open
+// transactions: every producer that committed without notifying before
+// now has finished, so one more claim sees its rows, and the caller claims
+// once more before it sleeps (the rows of the open producers come with the
+// grant, which wakes the workers; producers that commit while the request
+// waits notify). It reports watched while this relay holds the lock or
+// waits for it: every way that ends (a grant, a lost connection, a
+// hand-over) signals the workers, so the caller can sleep until a
+// notification, polling only as a safety net. It reports neither when
+// another relay covers this one (that relay drops the lock at its first
+// wake and may stay busy without arming again, which this relay learns
+// only at its next look: it polls meanwhile), when the LISTEN connection
+// is down or the listener has stopped (polling finds the rows then), nor
+// on an error.
 func (a *armer) arm(ctx context.Context) (fresh, watched bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -110,10 +113,10 @@ func (a *armer) arm(ctx context.Context) (fresh, watched bool, err error) {
 	case a.armed, a.pending:
 		return false, true, nil
 	case !a.coveredAt.IsZero() && time.Since(a.coveredAt) < a.check:
-		return false, true, nil
+		return false, false, nil
 	}
 	fresh, err = a.askLocked(ctx)
-	return fresh, err == nil, err
+	return fresh, a.armed || a.pending, err
 }
 
 func (a *armer) askLocked(ctx context.Context) (bool, error) {
@@ -145,11 +148,12 @@ func (a *armer) askLocked(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	// Producers that did not notify are still open. Queue behind them;
-	// the queued request already makes new producers notify.
+	// the queued request already makes new producers notify. Those that
+	// committed before it are visible now: fresh.
 	a.pending = true
 	a.waits.Add(1)
 	go a.await(a.conn)
-	return false, nil
+	return true, nil
 }
 
 // await waits for the lock on conn, which it owns until it returns, and
