@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/config"
+	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/internal/testenv"
 )
 
@@ -46,5 +47,37 @@ func TestRelayConnectionSettings(t *testing.T) {
 	cfg.Database.SynchronousCommit = "on"
 	if got := show(true, "synchronous_commit"); got != "on" {
 		t.Fatalf("relay connection with synchronousCommit: on: got %q", got)
+	}
+}
+
+// TestRunClaimFollowsTheIDIndex: with a unique index on the id (the bundled
+// table's primary key) the claim's UPDATE does not repeat the head-of-key
+// probe (postgres.WithUniqueID); on a table whose id no index keeps unique
+// it does.
+func TestRunClaimFollowsTheIDIndex(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := config.Default()
+	cfg.Database.URL = pg.URL
+	uniqueID := func() bool {
+		t.Helper()
+		db, err := openDialectFor(ctx, cfg, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		d, ok := db.Dialect.(*postgres.Dialect)
+		if !ok {
+			t.Fatalf("dialect %T, want the lease-mode *postgres.Dialect", db.Dialect)
+		}
+		return d.UniqueID()
+	}
+	if !uniqueID() {
+		t.Error("the bundled table (primary key on id): the claim repeats the head-of-key probe")
+	}
+	pg.MustExec(t, ctx, `ALTER TABLE outbox DROP CONSTRAINT outbox_pkey`)
+	if uniqueID() {
+		t.Error("an id without a unique index: the claim does not repeat the head-of-key probe")
 	}
 }

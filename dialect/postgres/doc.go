@@ -27,7 +27,8 @@
 //     changed after the snapshot. The full readiness condition is therefore
 //     in the locking SELECT: a row that another claimer claimed and
 //     committed in between is pending no more and is dropped. The UPDATE
-//     repeats it (claim.sql says why that is only a guard).
+//     repeats the state and due time, and the head-of-key probe only when
+//     the id may not be unique (WithUniqueID; claim.sql says why).
 //   - FOR UPDATE is on the base table (FOR UPDATE OF c), not on a derived
 //     table, so it locks rows.
 //

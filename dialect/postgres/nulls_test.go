@@ -153,7 +153,12 @@ func TestIDWithoutUniqueIndexIsNoted(t *testing.T) {
 	defer cancel()
 	notedUnique := func() bool {
 		t.Helper()
-		return hasNote(checkNotes(t, ctx, pg.Pool), "no unique index", `ADD PRIMARY KEY ("id")`)
+		plan := resolve(t, ctx, pg.Pool)
+		noted := hasNote(plan.Notes, "no unique index", `ADD PRIMARY KEY ("id")`)
+		if noted == plan.IDUnique {
+			t.Errorf("IDUnique %v, but noted %v", plan.IDUnique, noted)
+		}
+		return noted
 	}
 	if notedUnique() {
 		t.Fatal("the bundled table (primary key on id) was noted")
@@ -170,6 +175,65 @@ func TestIDWithoutUniqueIndexIsNoted(t *testing.T) {
 	if notedUnique() {
 		t.Fatal("an id column with a unique index was noted")
 	}
+	// An index that an interrupted CREATE INDEX CONCURRENTLY left invalid
+	// enforces nothing.
+	pg.MustExec(t, ctx, `UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'outbox_id_unique'::regclass`)
+	if !notedUnique() {
+		t.Fatal("an id column whose only unique index is invalid was not noted")
+	}
+}
+
+// TestNonUniqueIDClaimRepeatsTheHeadOfKeyProbe: on a table whose id is not
+// unique, the claim's UPDATE reaches by id rows its locking scan never
+// tested. Two rows of one key that share an id: the scan takes the head,
+// and only the UPDATE's own head-of-key probe keeps the second row out.
+// The claim rendered for a unique id (WithUniqueID, what `queuebox run`
+// uses when the table has a unique index on the id) takes both: the case
+// the guard is for.
+func TestNonUniqueIDClaimRepeatsTheHeadOfKeyProbe(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pg.MustExec(t, ctx, `ALTER TABLE outbox DROP CONSTRAINT outbox_pkey`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (id, topic, key, payload)
+		SELECT '6f1c1a5e-0000-4000-8000-0000000000aa', 't', 'k', '{}' FROM generate_series(1, 2)`)
+	if resolve(t, ctx, pg.Pool).IDUnique {
+		t.Fatal("an id without a unique index was taken for unique")
+	}
+	claimed := func(unique bool) int {
+		t.Helper()
+		d, err := postgres.New(pg.Pool, dialect.DefaultMapping(), postgres.WithUniqueID(unique))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Claim through the dialect, then undo it: both claims start
+		// from the same two pending rows.
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-000000000001", Limit: 10, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
+		return len(msgs)
+	}
+	if n := claimed(false); n != 1 {
+		t.Errorf("guarded claim took %d rows of one key, want the head only", n)
+	}
+	if n := claimed(true); n != 2 {
+		t.Errorf("the claim without the repeated probe took %d rows; want 2, or this test no longer shows what the guard is for", n)
+	}
+}
+
+// resolve runs the table check on the bundled table.
+func resolve(t *testing.T, ctx context.Context, pool *pgxpool.Pool) postgres.TablePlan {
+	t.Helper()
+	plan, err := postgres.ResolveTable(ctx, pool, dialect.DefaultMapping(), postgres.ModeAuto, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Problems) != 0 {
+		t.Fatalf("problems %v, want none", plan.Problems)
+	}
+	return plan
 }
 
 // TestAutovacuumOffIsNoted: every claim steps over the index entries of rows
@@ -207,14 +271,7 @@ func TestAutovacuumOffIsNoted(t *testing.T) {
 // notes; a problem fails the test (these checks note, they never refuse).
 func checkNotes(t *testing.T, ctx context.Context, pool *pgxpool.Pool) []string {
 	t.Helper()
-	plan, err := postgres.ResolveTable(ctx, pool, dialect.DefaultMapping(), postgres.ModeAuto, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(plan.Problems) != 0 {
-		t.Fatalf("problems %v, want none", plan.Problems)
-	}
-	return plan.Notes
+	return resolve(t, ctx, pool).Notes
 }
 
 // hasNote reports whether one of notes contains every one of parts.

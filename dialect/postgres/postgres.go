@@ -54,7 +54,19 @@ type options struct {
 	// (WithTableClaimTurns(false)); the zero value is the default, turns
 	// across every relay on the table.
 	replicaTurns bool
+	uniqueID     bool // WithUniqueID
 }
+
+// WithUniqueID tells the dialect that the id column has a unique index (a
+// primary key, as on the bundled table; ResolveTable's TablePlan.IDUnique).
+// The claim's UPDATE then does not repeat the head-of-key probe of its
+// locking scan: with a unique id the repetition can only agree with the
+// scan, and it is about a sixth of the claim's time, on the path that the
+// claims of every relay take turns on (docs/performance.md, lesson 25).
+// Without it (the default, and on an adopted table whose id no unique index
+// covers) the UPDATE's join on id can reach rows the scan never tested, and
+// the repeated probe keeps a second row of a key out of the batch.
+func WithUniqueID(unique bool) Option { return func(o *options) { o.uniqueID = unique } }
 
 // WithTableClaimTurns sets whether the claims of every relay on the table
 // take turns (true, the default; relay.claimTurns: table) or only the claims
@@ -103,6 +115,10 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 
 // HoldsDeadKeys reports whether the dialect was built WithHoldDeadKeys(true).
 func (d *Dialect) HoldsDeadKeys() bool { return d.opts.hold }
+
+// UniqueID reports whether the dialect was built WithUniqueID(true): its
+// claim does not repeat the head-of-key probe in the UPDATE.
+func (d *Dialect) UniqueID() bool { return d.opts.uniqueID }
 
 // QueryNames returns the names of the embedded queries, sorted. It equals
 // dialect.QueryNames().

@@ -30,19 +30,27 @@ func newDialect(t *testing.T, pool *pgxpool.Pool, opts ...Option) *Dialect {
 	return d
 }
 
+// TestConformance runs the suite on the claim that `queuebox run` renders
+// for the bundled table (its id is the primary key: WithUniqueID) and on the
+// guarded claim of a table whose id may not be unique.
 func TestConformance(t *testing.T) {
-	dialecttest.Run(t, func(t *testing.T) dialecttest.Harness {
-		pg := testenv.Postgres(t)
-		d := newDialect(t, pg.Pool)
-		return &harness{pool: pg.Pool, d: d}
-	})
+	for _, unique := range []bool{true, false} {
+		t.Run(fmt.Sprintf("uniqueID=%v", unique), func(t *testing.T) {
+			dialecttest.Run(t, func(t *testing.T) dialecttest.Harness {
+				pg := testenv.Postgres(t)
+				d := newDialect(t, pg.Pool, WithUniqueID(unique))
+				return &harness{pool: pg.Pool, d: d, unique: unique}
+			})
+		})
+	}
 }
 
 // harness implements dialecttest.Harness on the bundled table in the test's
 // own schema (the pool's search_path).
 type harness struct {
-	pool *pgxpool.Pool
-	d    *Dialect
+	pool   *pgxpool.Pool
+	d      *Dialect
+	unique bool // WithUniqueID
 }
 
 func (h *harness) Dialect() dialect.Dialect { return h.d }
@@ -50,7 +58,7 @@ func (h *harness) Dialect() dialect.Dialect { return h.d }
 // HoldDialect implements dialecttest.HoldHarness: the same table, rendered
 // for relay.onDead: hold.
 func (h *harness) HoldDialect() dialect.Dialect {
-	d, err := New(h.pool, dialect.DefaultMapping(), WithHoldDeadKeys(true))
+	d, err := New(h.pool, dialect.DefaultMapping(), WithHoldDeadKeys(true), WithUniqueID(h.unique))
 	if err != nil {
 		panic(err) // the default mapping always renders
 	}
@@ -393,6 +401,29 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	for name, idx := range map[string]string{"purge": "outbox_finished_idx", "dead_list": "outbox_finished_idx", "stats_backlog": "outbox_pending_"} {
 		if !strings.Contains(plans[name], idx) {
 			t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
+		}
+	}
+	// The claim that `queuebox run` renders for the bundled table, whose id
+	// is the primary key (WithUniqueID): the same indexes, one head-of-key
+	// probe fewer.
+	unique := newDialect(t, pg.Pool, WithUniqueID(true))
+	for name, shape := range map[string]claimShape{"claim": {limit: 100}, "claim#window": {limit: 100, window: 1000}, "claim#idle": {limit: 100, idleWindow: 1000}} {
+		query, err := unique.claims.sql(shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := explainPlan(t, ctx, pg.Pool, query, token, int64(30e6))
+		if strings.Contains(plan, "Seq Scan on outbox") {
+			t.Errorf("%s (unique id) plan scans the whole table:\n%s", name, plan)
+		}
+		for _, idx := range []string{"outbox_claim_idx", "outbox_key_sequence_idx"} {
+			if !strings.Contains(plan, idx) {
+				t.Errorf("%s (unique id) plan does not use %s:\n%s", name, idx, plan)
+			}
+		}
+		probes, guarded := strings.Count(plan, "outbox_key_sequence_idx"), strings.Count(plans[name], "outbox_key_sequence_idx")
+		if probes >= guarded {
+			t.Errorf("%s (unique id) plan probes the key index %d times, the guarded one %d:\n%s", name, probes, guarded, plan)
 		}
 	}
 	if idle := plans["claim#idle"]; !strings.Contains(idle, "One-Time Filter") || !strings.Contains(idle, "outbox_processing_idx") {

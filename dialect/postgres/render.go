@@ -100,6 +100,9 @@ func parseQuery(name, src string, funcs template.FuncMap) (*template.Template, e
 type renderData struct {
 	Table string // the quoted table
 	Hold  bool   // relay.onDead: hold
+	// UniqueID: the id column has a unique index (WithUniqueID); the
+	// claim's UPDATE does not repeat the head-of-key probe.
+	UniqueID bool
 	// Limit and Window shape a claim statement (claim.sql, lock/claim.sql):
 	// its LIMIT and, when Window > 0, its bounded candidate window. They are
 	// literals in the SQL, not bind parameters; see claimShapes.
@@ -188,7 +191,7 @@ func newOptions(opts []Option) options {
 }
 
 func renderDataFor(m dialect.Mapping, o options) renderData {
-	return renderData{Table: m.Table(QuoteIdent), Hold: o.hold, Limit: renderLimit}
+	return renderData{Table: m.Table(QuoteIdent), Hold: o.hold, UniqueID: o.uniqueID, Limit: renderLimit}
 }
 
 // parseFile parses one embedded .sql template; file is its path in fsys.

@@ -48,11 +48,14 @@ var idTypes = map[string]string{
 // the optional columns the table lacks made absent, the claim mode and
 // why, the id type, and what is wrong.
 type TablePlan struct {
-	Mapping  dialect.Mapping
-	Exists   bool
-	Mode     string // ModeLease or ModeLock ("" when the table is unusable)
-	Why      string
-	IDType   string
+	Mapping dialect.Mapping
+	Exists  bool
+	Mode    string // ModeLease or ModeLock ("" when the table is unusable)
+	Why     string
+	IDType  string
+	// IDUnique: a valid unique index on the id column alone (a primary key
+	// is one); pass it to WithUniqueID.
+	IDUnique bool
 	Notes    []string                // informational: columns absent and what that changes
 	Problems []dialect.SchemaProblem // each one stops check and run
 	Advice   []dialect.SchemaProblem // not errors: DDL that would enable more
@@ -188,6 +191,7 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		if err != nil {
 			return plan, err
 		}
+		plan.IDUnique = unique
 		if !unique {
 			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (id) has no unique index; rows that share an id are claimed, settled and deduplicated as one message: ALTER TABLE %s ADD PRIMARY KEY (%s); (or CREATE UNIQUE INDEX ON %s (%s);)",
 				idCol, table, QuoteIdent(idCol), table, QuoteIdent(idCol)))
@@ -302,8 +306,9 @@ func autovacuumOff(ctx context.Context, pool *pgxpool.Pool, args []any, schemaEx
 	return server, table, nil
 }
 
-// idIsUnique reports whether a unique, non-partial index has the id column
-// as its only key column (a primary key is one).
+// idIsUnique reports whether a valid, unique, non-partial index has the id
+// column as its only key column (a primary key is one). An index that an
+// interrupted CREATE INDEX CONCURRENTLY left invalid does not count.
 func idIsUnique(ctx context.Context, pool *pgxpool.Pool, idCol string, args []any, schemaExpr string) (bool, error) {
 	var unique bool
 	err := pool.QueryRow(ctx, `SELECT EXISTS (
@@ -313,7 +318,7 @@ func idIsUnique(ctx context.Context, pool *pgxpool.Pool, idCol string, args []an
 		JOIN pg_namespace AS n ON n.oid = t.relnamespace
 		JOIN pg_attribute AS a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
 		WHERE t.relname = $1 AND n.nspname = `+schemaExpr+`
-		  AND i.indisunique AND i.indpred IS NULL AND i.indnkeyatts = 1
+		  AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indnkeyatts = 1
 		  AND a.attname = $`+fmt.Sprint(len(args)+1)+`)`, append(slices.Clone(args), idCol)...).Scan(&unique)
 	if err != nil {
 		return false, interpretError("check schema", err)

@@ -12,12 +12,14 @@
 -- version (SKIP LOCKED skips it while it is still locked) and PostgreSQL
 -- re-evaluates the SELECT's conditions against that version, so a row that
 -- another claimer claimed and committed meanwhile is never claimed twice.
--- The UPDATE repeats it. With a unique id the repetition can only agree:
--- the UPDATE reaches the row the SELECT locked, and both head-of-key probes
--- read the other rows through the same snapshot. It stays as a guard for an
--- adopted table whose id is not unique (check notes one), where the id join
--- also reaches rows the SELECT never tested; it costs about a tenth of the
--- claim's time, which no drain measured (docs/performance.md, lesson 20).
+-- The UPDATE repeats the state and due-time conditions. With a unique id
+-- (.UniqueID: a unique index on the id alone, as the bundled table's
+-- primary key) a repeated head-of-key probe could only agree: the UPDATE
+-- reaches the row the SELECT locked, and both probes read the other rows
+-- through the same snapshot (docs/performance.md, lessons 20 and 25). On a
+-- table whose id is not unique (check notes one) the id join also reaches
+-- rows the SELECT never tested, and the UPDATE repeats the probe to keep a
+-- second row of a key out; it costs about a sixth of the claim's time.
 --
 -- With relay.onDead: hold (.Hold), a dead row whose held_at is set also
 -- comes before the key's later rows and keeps them waiting, until it is
@@ -72,7 +74,9 @@ FROM candidates
 WHERE o.{{ col "id" }} = candidates.{{ col "id" }}
   AND (o.{{ col "state" }} = {{ state "pending" }}) IS TRUE
   {{ if has "scheduledAt" }}AND (o.{{ col "scheduledAt" }} <= now()) IS TRUE{{ end }}
+{{- if not .UniqueID }}
 {{- template "headOfKey" (alias "o") }}
+{{- end }}
 RETURNING o.{{ col "id" }}::text,
           o.{{ col "topic" }},
           {{ if has "key" }}o.{{ col "key" }}{{ else }}NULL::text{{ end }},
