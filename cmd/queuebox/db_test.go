@@ -15,11 +15,7 @@ import (
 // (postgres.PlanEachExecution); the operator commands keep the server's
 // settings.
 func TestRelayConnectionSettings(t *testing.T) {
-	pg := testenv.Postgres(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg := config.Default()
-	cfg.Database.URL = pg.URL
+	ctx, cfg, _ := dbTestConfig(t)
 	show := func(forRelay bool, setting string) string {
 		pool, err := openPostgresFor(ctx, cfg, forRelay)
 		if err != nil {
@@ -55,11 +51,7 @@ func TestRelayConnectionSettings(t *testing.T) {
 // probe (postgres.WithUniqueID); on a table whose id no index keeps unique
 // it does.
 func TestRunClaimFollowsTheIDIndex(t *testing.T) {
-	pg := testenv.Postgres(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg := config.Default()
-	cfg.Database.URL = pg.URL
+	ctx, cfg, pg := dbTestConfig(t)
 	uniqueID := func() bool {
 		t.Helper()
 		db, err := openDialectFor(ctx, cfg, true)
@@ -80,4 +72,14 @@ func TestRunClaimFollowsTheIDIndex(t *testing.T) {
 	if uniqueID() {
 		t.Error("an id without a unique index: the claim does not repeat the head-of-key probe")
 	}
+}
+
+// dbTestConfig is the default config on the test's own schema, with a
+// context that ends with the test (20 s at most).
+func dbTestConfig(t *testing.T) (context.Context, *config.Config, *testenv.PG) {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	cfg := config.Default()
+	cfg.Database.URL = pg.URL
+	return testenv.Context(t, 20*time.Second), cfg, pg
 }
