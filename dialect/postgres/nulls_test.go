@@ -181,6 +181,20 @@ func TestIDWithoutUniqueIndexIsNoted(t *testing.T) {
 	if !notedUnique() {
 		t.Fatal("an id column whose only unique index is invalid was not noted")
 	}
+	pg.MustExec(t, ctx, `DROP INDEX outbox_id_unique`)
+	// Unique under another equality than the claim's join on id: a
+	// case-insensitive column whose only unique index compares bytes.
+	pg.MustExec(t, ctx, `CREATE COLLATION IF NOT EXISTS qb_test_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`)
+	pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN id DROP DEFAULT, ALTER COLUMN id TYPE text COLLATE qb_test_ci`)
+	pg.MustExec(t, ctx, `DROP INDEX outbox_id_partial, outbox_id_topic`)
+	pg.MustExec(t, ctx, `CREATE UNIQUE INDEX outbox_id_bytes ON outbox (id COLLATE "C")`)
+	if !notedUnique() {
+		t.Fatal("an id unique only under another collation than the column's was not noted")
+	}
+	pg.MustExec(t, ctx, `CREATE UNIQUE INDEX outbox_id_ci ON outbox (id)`)
+	if notedUnique() {
+		t.Fatal("an id with a unique index under the column's own collation was noted")
+	}
 }
 
 // TestNonUniqueIDClaimRepeatsTheHeadOfKeyProbe: on a table whose id is not

@@ -307,8 +307,12 @@ func autovacuumOff(ctx context.Context, pool *pgxpool.Pool, args []any, schemaEx
 }
 
 // idIsUnique reports whether a valid, unique, non-partial index has the id
-// column as its only key column (a primary key is one). An index that an
-// interrupted CREATE INDEX CONCURRENTLY left invalid does not count.
+// column as its only key column (a primary key is one), under the equality
+// that the claim's join on id uses. An index that an interrupted CREATE
+// INDEX CONCURRENTLY left invalid does not count, nor one with another
+// collation than the column's (a unique index on id COLLATE "C" lets 'ab'
+// and 'AB' coexist where a case-insensitive column's join finds both) or
+// another operator class than the type's default.
 func idIsUnique(ctx context.Context, pool *pgxpool.Pool, idCol string, args []any, schemaExpr string) (bool, error) {
 	var unique bool
 	err := pool.QueryRow(ctx, `SELECT EXISTS (
@@ -319,6 +323,11 @@ func idIsUnique(ctx context.Context, pool *pgxpool.Pool, idCol string, args []an
 		JOIN pg_attribute AS a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
 		WHERE t.relname = $1 AND n.nspname = `+schemaExpr+`
 		  AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indnkeyatts = 1
+		  -- unique under the equality the claim joins on: the column's
+		  -- collation and the type's default operator class
+		  AND i.indcollation[0] = a.attcollation
+		  AND EXISTS (SELECT 1 FROM pg_opclass AS oc JOIN pg_am AS am ON am.oid = oc.opcmethod
+		              WHERE oc.oid = i.indclass[0] AND oc.opcdefault AND am.amname = 'btree')
 		  AND a.attname = $`+fmt.Sprint(len(args)+1)+`)`, append(slices.Clone(args), idCol)...).Scan(&unique)
 	if err != nil {
 		return false, interpretError("check schema", err)
