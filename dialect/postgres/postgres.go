@@ -188,9 +188,12 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if p.Lease <= 0 {
 		return nil, errors.New("postgres: claim: lease must be positive")
 	}
-	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window, idleWindow: p.IdleWindow})
+	query, kept, err := d.claims.sqlKept(claimShape{limit: p.Limit, window: p.Window, idleWindow: p.IdleWindow})
 	if err != nil {
 		return nil, err
+	}
+	if kept && !p.Poll && d.turnSQL != "" {
+		return d.turnClaim(ctx, query, p)
 	}
 	return d.claim(ctx, query, p)
 }
@@ -210,7 +213,9 @@ func compareMessages(a, b outbox.Message) int {
 // in one batch: one round trip and one implicit transaction (a single
 // Sync), which releases the turn when the claim commits. The claim
 // statement takes its snapshot after the turn is granted, so it sees the
-// rows the last claim took.
+// rows the last claim took. Claim runs the kept shapes with a turn through
+// turnClaim instead, which plans the claim before it waits for the turn;
+// this path serves the rest, through pgx's statement cache.
 func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
 	if p.Poll && d.turnSQL != "" {
 		return d.pollClaim(ctx, query, p)

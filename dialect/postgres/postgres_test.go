@@ -637,6 +637,13 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim with replica turns: %d rows, %v; want the one row at once", len(got), err)
 	}
+	// The holder commits a row of its own: only a snapshot taken after the
+	// turn was granted sees it. (The claim is planned before it waits for
+	// the turn: turnClaim.)
+	var late string
+	if err := holder.QueryRow(ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns.late', '{}') RETURNING id::text`).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -644,8 +651,8 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if len(r.msgs) != 0 {
-		t.Fatalf("the waiting claim took %d rows the other claim had already taken", len(r.msgs))
+	if len(r.msgs) != 1 || r.msgs[0].ID != late {
+		t.Fatalf("the waiting claim took %v; want only the row the turn's holder committed (%s): not the row the other claim took, not a snapshot from before the turn", r.msgs, late)
 	}
 	var held int
 	if err := pg.Pool.QueryRow(ctx, turnLocks, claimTurnSpace).Scan(&held); err != nil {

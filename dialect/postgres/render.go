@@ -164,22 +164,32 @@ func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*cla
 // sql returns the claim statement of shape key (a window of 0 or less:
 // unbounded).
 func (c *claimShapes) sql(key claimShape) (string, error) {
+	q, _, err := c.sqlKept(key)
+	return q, err
+}
+
+// sqlKept is sql, and reports whether the statement is one of the
+// maxClaimShapes kept: only those may be prepared on a connection for good
+// (turnClaim), so that a caller asking for ever new shapes cannot fill the
+// connections with prepared statements.
+func (c *claimShapes) sqlKept(key claimShape) (string, bool, error) {
 	key.window, key.idleWindow = max(key.window, 0), max(key.idleWindow, 0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if q, ok := c.shapes[key]; ok {
-		return q, nil
+		return q, true, nil
 	}
 	d := c.data
 	d.Limit, d.Window, d.IdleWindow = key.limit, key.window, key.idleWindow
 	q, err := execute(c.tmpl, d)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	if len(c.shapes) < maxClaimShapes {
+	kept := len(c.shapes) < maxClaimShapes
+	if kept {
 		c.shapes[key] = q
 	}
-	return q, nil
+	return q, kept, nil
 }
 
 func newOptions(opts []Option) options {

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/queuebox/queuebox/dialect"
@@ -30,7 +29,7 @@ import (
 // int2/int4/int8, timestamptz) pgtype.Text, pgtype.Int8 and nullTime read
 // the same values as *string, *int64 and *time.Time did; nullTime also
 // reads timestamp and date, like *time.Time.
-func scanMessages(rows pgx.Rows, limit int) ([]outbox.Message, error) {
+func scanMessages(rows rowScanner, limit int) ([]outbox.Message, error) {
 	defer rows.Close()
 	msgs := make([]outbox.Message, 0, limit)
 	var (
@@ -80,6 +79,14 @@ func scanMessages(rows pgx.Rows, limit int) ([]outbox.Message, error) {
 	}
 	slices.SortFunc(msgs, compareMessages)
 	return msgs, nil
+}
+
+// rowScanner is what scanMessages reads: pgx.Rows, or turnRows.
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
 }
 
 // nullTime is a nullable time.Time scan target for date, timestamp and

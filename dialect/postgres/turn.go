@@ -1,0 +1,183 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// claimPortal names the portal of the claim statement in turnClaim.
+const claimPortal = "qb_claim"
+
+// cancelTimeout bounds the cancel request of a claim whose context ended.
+const cancelTimeout = 2 * time.Second
+
+// turnClaim runs a claim that takes the table's claim turn, planning the
+// claim before it waits for the turn. With a plan for each execution
+// (PlanEachExecution) PostgreSQL plans a statement when it binds its
+// parameters, and the claim turn is the path that the claims of every relay
+// share: planned after the turn, the claim held it about a seventh longer
+// (docs/performance.md, lesson 26). So, in one round trip and one implicit
+// transaction:
+//
+//	Bind claim to portal qb_claim   (plans it)
+//	Bind + Execute the turn         (waits for the turn)
+//	Execute qb_claim                (runs it on a snapshot taken now)
+//	Sync                            (commits: the turn is released)
+//
+// The snapshot of an UPDATE … RETURNING is taken when its portal first
+// runs, not when it is bound, so the claim still sees the rows the last
+// claim took. pgx has no call that binds a named portal, so this speaks the
+// extended protocol through pgconn (Frontend, ReceiveMessage); any failure
+// on the way closes the connection, since its protocol state is unknown.
+func (d *Dialect) turnClaim(ctx context.Context, query string, p dialect.ClaimParams) (msgs []outbox.Message, err error) {
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	defer c.Release()
+	conn := c.Conn()
+	claim, err := conn.Prepare(ctx, query, query)
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	turn, err := conn.Prepare(ctx, d.turnSQL, d.turnSQL)
+	if err != nil {
+		return nil, interpretError("claim turn", err)
+	}
+	// Each column in the format pgx itself would ask for: binary for the
+	// types it knows, text for the rest (an enum topic, say).
+	formats := make([]int16, len(claim.Fields))
+	for i, f := range claim.Fields {
+		formats[i] = conn.TypeMap().FormatCodeForOID(f.DataTypeOID)
+	}
+	pc := conn.PgConn()
+	fe := pc.Frontend()
+	fe.SendBind(&pgproto3.Bind{
+		DestinationPortal: claimPortal, PreparedStatement: claim.Name,
+		ParameterFormatCodes: []int16{pgtype.TextFormatCode},
+		Parameters:           [][]byte{[]byte(p.Token), strconv.AppendInt(nil, micros(p.Lease), 10)},
+		ResultFormatCodes:    formats,
+	})
+	fe.SendBind(&pgproto3.Bind{PreparedStatement: turn.Name})
+	fe.SendExecute(&pgproto3.Execute{})
+	fe.SendExecute(&pgproto3.Execute{Portal: claimPortal})
+	fe.SendSync(&pgproto3.Sync{})
+	if err := fe.Flush(); err != nil {
+		_ = pc.Close(context.WithoutCancel(ctx))
+		return nil, interpretError("claim", err)
+	}
+	rows := &turnRows{ctx: ctx, conn: conn, fields: claim.Fields, formats: formats}
+	msgs, err = scanMessages(rows, p.Limit)
+	if rows.broken {
+		if ctx.Err() != nil {
+			// pgx gives up on the socket only: the server would go on
+			// waiting for the turn, then claim rows nobody reads (they
+			// would wait for their lease to expire). Cancel the statement.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+			_ = pc.CancelRequest(cctx)
+			cancel()
+		}
+		_ = pc.Close(context.WithoutCancel(ctx))
+	}
+	switch {
+	case rows.turnErr != nil:
+		return nil, interpretError("claim turn", rows.turnErr)
+	case err != nil:
+		return nil, interpretError("claim", err)
+	}
+	return msgs, nil
+}
+
+// turnRows reads the messages of turnClaim up to ReadyForQuery, offering
+// the claim's rows to scanMessages (rowScanner).
+type turnRows struct {
+	ctx     context.Context
+	conn    *pgx.Conn
+	fields  []pgconn.FieldDescription
+	formats []int16  // the result format of each field
+	values  [][]byte // the current row, copied out of the read buffer
+	binds   int      // BindCompletes seen: the claim's, then the turn's
+	done    int      // CommandCompletes seen: the turn's, then the claim's
+	err     error    // the first error: the server's, or reading
+	turnErr error    // the server's error was the turn's
+	broken  bool     // reading failed: the connection's state is unknown
+	ended   bool     // ReadyForQuery seen
+}
+
+// Next reads up to the claim's next row; at the end of the rows it reads
+// on to ReadyForQuery (the commit).
+func (r *turnRows) Next() bool {
+	for !r.ended {
+		msg, err := r.conn.PgConn().ReceiveMessage(r.ctx)
+		if err != nil {
+			r.err, r.broken, r.ended = err, true, true
+			return false
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			if r.done == 1 && r.err == nil {
+				r.values = r.values[:0]
+				for _, v := range m.Values {
+					r.values = append(r.values, bytes.Clone(v))
+				}
+				return true
+			}
+		case *pgproto3.BindComplete:
+			r.binds++
+		case *pgproto3.CommandComplete:
+			r.done++
+		case *pgproto3.ErrorResponse:
+			if r.err == nil {
+				r.err = pgconn.ErrorResponseToPgError(m)
+				if r.binds == 2 && r.done == 0 {
+					r.turnErr = r.err
+				}
+			}
+		case *pgproto3.ReadyForQuery:
+			r.ended = true
+			if r.err == nil && (r.done != 2 || m.TxStatus != 'I') {
+				r.err = fmt.Errorf("postgres: claim: unexpected end of the claim's messages (%d commands, transaction status %q)", r.done, m.TxStatus)
+			}
+		}
+	}
+	return false
+}
+
+// Scan decodes the current row into dest, one value per field.
+func (r *turnRows) Scan(dest ...any) error {
+	if len(dest) != len(r.values) || len(dest) != len(r.fields) {
+		return fmt.Errorf("postgres: claim: %d values, %d fields, %d targets", len(r.values), len(r.fields), len(dest))
+	}
+	m := r.conn.TypeMap()
+	for i, v := range r.values {
+		if err := m.Scan(r.fields[i].DataTypeOID, r.formats[i], v, dest[i]); err != nil {
+			return fmt.Errorf("postgres: claim: column %s: %w", r.fields[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// Err reports the first error, once the messages have been read to the end.
+func (r *turnRows) Err() error { return r.err }
+
+// Close reads the remaining messages, so that the connection is ready for
+// its next statement (a scan error stops scanMessages before the end).
+func (r *turnRows) Close() {
+	for r.Next() {
+	}
+	if r.err == nil && !r.ended {
+		r.err = errors.New("postgres: claim: messages not read to the end")
+	}
+}

@@ -1,0 +1,136 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/internal/testenv"
+)
+
+// turnWaiters counts the backends waiting for this schema's claim turn.
+const turnWaiters = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted
+	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND classid::bigint = $1 AND objid = 'outbox'::regclass::oid`
+
+// TestTurnClaimCancelledWhileWaiting: a claim whose context ends while it
+// waits for the table's turn returns at once, and its statement is
+// cancelled on the server. Giving up on the socket alone (pgx's default)
+// would leave the server waiting for the turn, then claiming rows that
+// nobody reads, which would wait for their lease to expire.
+func TestTurnClaimCancelledWhileWaiting(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithMaxConns(2))
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
+	holder, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, d.turnSQL); err != nil {
+		t.Fatal(err)
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	msgs, err := d.Claim(cctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000b1", Limit: 10, Lease: time.Minute})
+	if err == nil || len(msgs) != 0 {
+		t.Fatalf("claim while the turn is held past its deadline: %d rows, %v; want an error", len(msgs), err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the claim returned %v after its deadline", waited)
+	}
+	// The server no longer waits for the turn on the claim's behalf.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		if err := holder.QueryRow(ctx, turnWaiters, claimTurnSpace).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	}, "the cancelled claim still waits for the turn on the server")
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing was claimed behind the caller's back, and the pool works.
+	msgs, err = d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000b2", Limit: 10, Lease: time.Minute})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("claim after the cancelled one: %d rows, %v; want the row", len(msgs), err)
+	}
+}
+
+// TestTurnClaimErrorLeavesTheConnectionUsable: a claim statement that fails
+// after the turn was granted returns the server's error, releases the turn,
+// and leaves its connection ready for the next statement (a pool of one, so
+// that the next claims run on it).
+func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'turns', '{}' FROM generate_series(1, 3)`)
+	pg.MustExec(t, ctx, `CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'claims refused by the test'; END $$`)
+	pg.MustExec(t, ctx, `CREATE TRIGGER refuse_claim BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_claim()`)
+	for i := range 3 {
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c1", Limit: 2, Lease: time.Minute})
+		if err == nil || !strings.Contains(err.Error(), "claims refused by the test") || len(msgs) != 0 {
+			t.Fatalf("claim %d against the refusing trigger: %d rows, %v; want the trigger's error", i, len(msgs), err)
+		}
+	}
+	pg.MustExec(t, ctx, `DROP TRIGGER refuse_claim ON outbox`)
+	var held int
+	if err := pg.Pool.QueryRow(ctx, strings.Replace(turnWaiters, "AND NOT granted", "", 1), claimTurnSpace).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("%d turn locks held after the failed claims", held)
+	}
+	// Two claims of two rows, then one of the last: nothing left unread on
+	// the connection, and the rows come in order.
+	var got []string
+	for _, want := range []int{2, 1, 0} {
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c2", Limit: 2, Lease: time.Minute})
+		if err != nil || len(msgs) != want {
+			t.Fatalf("claim after the failures: %d rows, %v; want %d", len(msgs), err, want)
+		}
+		for _, m := range msgs {
+			if m.Topic != "turns" || string(m.Payload) != "{}" || m.Sequence == 0 || m.CreatedAt.IsZero() || m.MaxAttempts == 0 {
+				t.Errorf("claimed row decoded as %+v", m)
+			}
+			got = append(got, m.ID)
+		}
+	}
+	if len(got) != 3 || got[0] == got[1] || got[1] == got[2] {
+		t.Errorf("claimed ids %v, want three distinct", got)
+	}
+}
+
+// TestClaimShapesBeyondTheKeptOnesUseTheStatementCache: turnClaim prepares
+// the claim on its connection for good, so only the shapes the dialect
+// keeps (maxClaimShapes) go that way; a caller asking for ever new limits
+// still claims, in turn, through pgx's statement cache, and the connection
+// does not fill with prepared statements (a pool of one: every claim runs
+// on the connection that pg_prepared_statements then describes).
+func TestClaimShapesBeyondTheKeptOnesUseTheStatementCache(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	const shapes = 3 * maxClaimShapes
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'shapes', '{}' FROM generate_series(1, $1::int)`, shapes*(shapes+1)/2)
+	for limit := 1; limit <= shapes; limit++ {
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000d1", Limit: limit, Lease: time.Minute})
+		if err != nil || len(msgs) != limit {
+			t.Fatalf("claim of %d: %d rows, %v", limit, len(msgs), err)
+		}
+	}
+	var named int
+	if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '-- claim:%' AND name NOT LIKE 'stmtcache_%'`).Scan(&named); err != nil {
+		t.Fatal(err)
+	}
+	if named == 0 || named > maxClaimShapes {
+		t.Errorf("%d claim statements prepared for good on the connection after %d shapes; want 1 to %d", named, shapes, maxClaimShapes)
+	}
+}
