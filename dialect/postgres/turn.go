@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,8 +38,9 @@ const cancelTimeout = 2 * time.Second
 // The snapshot of an UPDATE … RETURNING is taken when its portal first
 // runs, not when it is bound, so the claim still sees the rows the last
 // claim took. pgx has no call that binds a named portal, so this speaks the
-// extended protocol through pgconn (Frontend, ReceiveMessage); any failure
-// on the way closes the connection, since its protocol state is unknown.
+// extended protocol through pgconn (Frontend, ReceiveMessage). A failure to
+// read the replies closes the connection, since its protocol state is
+// unknown; an error from the server deallocates both statements.
 func (d *Dialect) turnClaim(ctx context.Context, query string, p dialect.ClaimParams) (msgs []outbox.Message, err error) {
 	c, err := d.pool.Acquire(ctx)
 	if err != nil {
@@ -80,11 +80,24 @@ func (d *Dialect) turnClaim(ctx context.Context, query string, p dialect.ClaimPa
 	}
 	rows := &turnRows{ctx: ctx, conn: conn, fields: claim.Fields, formats: formats}
 	msgs, err = scanMessages(rows, p.Limit)
+	if err != nil && !rows.broken {
+		// The server refused something. The statements stay prepared
+		// until told otherwise, and a claim prepared before the table
+		// changed (a column's type: "cached plan must not change result
+		// type") or dropped under it (DISCARD ALL) would fail on this
+		// connection for good: prepare both afresh next time.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		if conn.Deallocate(dctx, query) != nil || conn.Deallocate(dctx, d.turnSQL) != nil {
+			rows.broken = true
+		}
+		cancel()
+	}
 	if rows.broken {
 		if ctx.Err() != nil {
 			// pgx gives up on the socket only: the server would go on
 			// waiting for the turn, then claim rows nobody reads (they
-			// would wait for their lease to expire). Cancel the statement.
+			// would wait for their lease to expire). Cancel the statement
+			// (too late if it has committed already: then they wait).
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 			_ = pc.CancelRequest(cctx)
 			cancel()
@@ -107,7 +120,7 @@ type turnRows struct {
 	conn    *pgx.Conn
 	fields  []pgconn.FieldDescription
 	formats []int16  // the result format of each field
-	values  [][]byte // the current row, copied out of the read buffer
+	values  [][]byte // the current row, in the read buffer
 	binds   int      // BindCompletes seen: the claim's, then the turn's
 	done    int      // CommandCompletes seen: the turn's, then the claim's
 	err     error    // the first error: the server's, or reading
@@ -128,10 +141,9 @@ func (r *turnRows) Next() bool {
 		switch m := msg.(type) {
 		case *pgproto3.DataRow:
 			if r.done == 1 && r.err == nil {
-				r.values = r.values[:0]
-				for _, v := range m.Values {
-					r.values = append(r.values, bytes.Clone(v))
-				}
+				// Valid until the next message is read: Scan (which
+				// copies) comes first.
+				r.values = m.Values
 				return true
 			}
 		case *pgproto3.BindComplete:
@@ -141,7 +153,7 @@ func (r *turnRows) Next() bool {
 		case *pgproto3.ErrorResponse:
 			if r.err == nil {
 				r.err = pgconn.ErrorResponseToPgError(m)
-				if r.binds == 2 && r.done == 0 {
+				if r.binds >= 1 && r.done == 0 { // the turn's Bind or Execute
 					r.turnErr = r.err
 				}
 			}

@@ -34,29 +34,44 @@ func TestTurnClaimCancelledWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	msgs, err := d.Claim(cctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000b1", Limit: 10, Lease: time.Minute})
-	if err == nil || len(msgs) != 0 {
-		t.Fatalf("claim while the turn is held past its deadline: %d rows, %v; want an error", len(msgs), err)
-	}
-	if waited := time.Since(start); waited > 5*time.Second {
-		t.Fatalf("the claim returned %v after its deadline", waited)
-	}
-	// The server no longer waits for the turn on the claim's behalf.
-	testenv.Eventually(t, 10*time.Second, func() bool {
+	waiters := func() int {
+		t.Helper()
 		var n int
 		if err := holder.QueryRow(ctx, turnWaiters, claimTurnSpace).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		return n == 0
-	}, "the cancelled claim still waits for the turn on the server")
+		return n
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		msgs, err := d.Claim(cctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000b1", Limit: 10, Lease: time.Minute})
+		done <- result{len(msgs), err}
+	}()
+	// Cancel only once the server waits for the turn on the claim's behalf.
+	testenv.Eventually(t, 10*time.Second, func() bool { return waiters() == 1 }, "the claim never waited for the turn")
+	cancel()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the claim did not return within 5s of its context's end")
+	}
+	if r.err == nil || r.n != 0 {
+		t.Fatalf("claim cancelled while the turn is held: %d rows, %v; want an error", r.n, r.err)
+	}
+	// The server no longer waits for the turn on the claim's behalf.
+	testenv.Eventually(t, 10*time.Second, func() bool { return waiters() == 0 }, "the cancelled claim still waits for the turn on the server")
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Nothing was claimed behind the caller's back, and the pool works.
-	msgs, err = d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000b2", Limit: 10, Lease: time.Minute})
+	msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000b2", Limit: 10, Lease: time.Minute})
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("claim after the cancelled one: %d rows, %v; want the row", len(msgs), err)
 	}
@@ -65,11 +80,23 @@ func TestTurnClaimCancelledWhileWaiting(t *testing.T) {
 // TestTurnClaimErrorLeavesTheConnectionUsable: a claim statement that fails
 // after the turn was granted returns the server's error, releases the turn,
 // and leaves its connection ready for the next statement (a pool of one, so
-// that the next claims run on it).
+// that the next claims run on it; its backend pid shows it is the same
+// connection). A column whose type changes under the prepared claim fails
+// one claim, not every claim on the connection. With a plan for each
+// execution, as `queuebox run` connects.
 func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
 	ctx := testenv.Context(t, 30*time.Second)
 	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`)
+	pid := func() (p int) {
+		t.Helper()
+		if err := pg.Pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := pid()
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'turns', '{}' FROM generate_series(1, 3)`)
 	pg.MustExec(t, ctx, `CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'claims refused by the test'; END $$`)
@@ -88,6 +115,27 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 	if held != 0 {
 		t.Fatalf("%d turn locks held after the failed claims", held)
 	}
+	if p := pid(); p != first {
+		t.Fatalf("the failed claims replaced the connection (backend %d, then %d): the test no longer shows it stays usable", first, p)
+	}
+	// The claim is prepared on the connection now; change a column's type
+	// under it.
+	if msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c3", Limit: 1, Lease: time.Minute}); err != nil || len(msgs) != 1 {
+		t.Fatalf("claim before the column change: %d rows, %v", len(msgs), err)
+	}
+	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
+	pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(300)`)
+	failed := 0
+	for {
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c4", Limit: 1, Lease: time.Minute})
+		if err == nil && len(msgs) == 1 {
+			break
+		}
+		if failed++; failed > 1 {
+			t.Fatalf("claim %d after the column changed type: %d rows, %v; want at most one failure", failed, len(msgs), err)
+		}
+	}
+	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
 	// Two claims of two rows, then one of the last: nothing left unread on
 	// the connection, and the rows come in order.
 	var got []string
