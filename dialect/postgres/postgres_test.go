@@ -581,14 +581,7 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
 
 	// Another claimer holds the table's turn.
-	holder, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, turns.turnSQL); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdTurn(t, ctx, pg.Pool, turns)
 
 	// A poll does not queue behind the holder: it reports the turn busy at
 	// once and claims nothing.

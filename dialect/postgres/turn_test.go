@@ -6,9 +6,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/internal/testenv"
 )
+
+// holdTurn opens a transaction that holds d's table's claim turn, as
+// another relay's claim would; it is rolled back when the test ends unless
+// committed first.
+func holdTurn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, d *Dialect) pgx.Tx {
+	t.Helper()
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
+	if _, err := holder.Exec(ctx, d.turnSQL); err != nil {
+		t.Fatal(err)
+	}
+	return holder
+}
 
 // turnWaiters counts the backends waiting for this schema's claim turn.
 const turnWaiters = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted
@@ -25,14 +44,7 @@ func TestTurnClaimCancelledWhileWaiting(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	d := newDialect(t, pg.Pool)
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
-	holder, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, d.turnSQL); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdTurn(t, ctx, pg.Pool, d)
 
 	waiters := func() int {
 		t.Helper()
