@@ -26,9 +26,9 @@ const cancelTimeout = 2 * time.Second
 // claim before it waits for the turn. With a plan for each execution
 // (PlanEachExecution) PostgreSQL plans a statement when it binds its
 // parameters, and the claim turn is the path that the claims of every relay
-// share: planned after the turn, the claim held it about a seventh longer
-// (docs/performance.md, lesson 26). So, in one round trip and one implicit
-// transaction:
+// share: planned after the turn was granted, planning took about an eighth
+// of the time the turn was held (docs/performance.md, lesson 26). So, in
+// one round trip and one implicit transaction:
 //
 //	Bind claim to portal qb_claim   (plans it)
 //	Bind + Execute the turn         (waits for the turn)
