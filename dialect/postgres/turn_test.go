@@ -136,18 +136,26 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 		t.Fatalf("claim before the column change: %d rows, %v", len(msgs), err)
 	}
 	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
-	pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(300)`)
-	failed := 0
-	for {
-		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c4", Limit: 1, Lease: time.Minute})
-		if err == nil && len(msgs) == 1 {
-			break
+	// Then the statements vanish under the claim, as a pooler's DISCARD ALL
+	// makes them.
+	for _, c := range []struct{ what, change string }{
+		{"the column changed type", `ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(300)`},
+		{"the prepared statements vanished", `DISCARD ALL`},
+	} {
+		what, change := c.what, c.change
+		pg.MustExec(t, ctx, change)
+		failed := 0
+		for {
+			msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c4", Limit: 1, Lease: time.Minute})
+			if err == nil && len(msgs) == 1 {
+				break
+			}
+			if failed++; failed > 1 {
+				t.Fatalf("claim %d after %s: %d rows, %v; want at most one failure", failed, what, len(msgs), err)
+			}
 		}
-		if failed++; failed > 1 {
-			t.Fatalf("claim %d after the column changed type: %d rows, %v; want at most one failure", failed, len(msgs), err)
-		}
+		pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
 	}
-	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
 	// Two claims of two rows, then one of the last: nothing left unread on
 	// the connection, and the rows come in order.
 	var got []string
