@@ -21,6 +21,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	claimDuration   *prometheus.HistogramVec
+	claimTurnWait   prometheus.Histogram
 	claimedRows     prometheus.Counter
 	claimLimit      prometheus.Gauge
 	publishDuration *prometheus.HistogramVec
@@ -62,6 +63,11 @@ func New() *Metrics {
 			Help:    "Duration of claim statements, by result (ok, error).",
 			Buckets: latency,
 		}, []string{"result"}),
+		claimTurnWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "claim_turn_wait_seconds",
+			Help:    "Time a claim waited for the table's claim turn (relay.claimTurns: table, PostgreSQL lease mode), from sending the claim to the grant.",
+			Buckets: latency,
+		}),
 		claimedRows: counter("claimed_rows_total",
 			"Rows claimed."),
 		claimLimit: gauge("claim_limit",
@@ -114,7 +120,7 @@ func New() *Metrics {
 		wakeNotified: counter("wake_notifications_total",
 			"Notifications received on the relay.notify channel."),
 	}
-	r.MustRegister(m.claimDuration, m.claimedRows, m.claimLimit, m.publishDuration, m.commitToAck, m.deliveries,
+	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
 		m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified)
 	// Every series with a fixed label set exists from the start, at zero,
@@ -179,6 +185,10 @@ func (m *Metrics) Claimed(rows, limit int, d time.Duration, err error) {
 	m.claimedRows.Add(float64(rows))
 	m.inflight.Add(float64(rows))
 }
+
+// ClaimTurnWaited records how long a claim waited for the table's claim
+// turn (postgres.Dialect.ObserveTurnWait).
+func (m *Metrics) ClaimTurnWaited(d time.Duration) { m.claimTurnWait.Observe(d.Seconds()) }
 
 // Published implements relay.Observer.
 func (m *Metrics) Published(dest string, rows int, d time.Duration, err error) {

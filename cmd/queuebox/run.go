@@ -116,6 +116,9 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		rt.dests[name] = dest
 		rt.metrics.InitDestination(name)
 	}
+	if pg, ok := postgresDialect(rt.db.Dialect); ok {
+		pg.ObserveTurnWait(rt.metrics.ClaimTurnWaited)
+	}
 	// --- wake on commit (relay.notify, issue 8) ---
 	wake, arm, err := rt.startWake(ctx)
 	if err != nil {

@@ -91,6 +91,10 @@ func TestWakeOnCommitWithoutPolling(t *testing.T) {
 		t.Errorf("queuebox_wake_notifications_total = %v, want at least the last row's", v)
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return metric("queuebox_wake_armed") == 1 }, "queuebox_wake_armed never 1 on the idle relay")
+	// Its claims took the table's claim turn (the default), each timed.
+	if v := metric("queuebox_claim_turn_wait_seconds_count"); v < 1 {
+		t.Errorf("queuebox_claim_turn_wait_seconds_count = %v, want every claim's wait", v)
+	}
 	if code := b.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
 		t.Fatalf("exit status after SIGTERM = %d, want 0", code)
 	}

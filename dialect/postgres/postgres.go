@@ -41,6 +41,9 @@ type Dialect struct {
 	// when claims do not take turns across relays.
 	turnSQL    string
 	tryTurnSQL string // the same, without waiting (dialect.ClaimParams.Poll)
+	// turnWaited receives how long each claim waited for the turn
+	// (ObserveTurnWait); nil: not measured.
+	turnWaited func(time.Duration)
 }
 
 // Option changes how New renders the SQL.
@@ -115,6 +118,13 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 
 // HoldsDeadKeys reports whether the dialect was built WithHoldDeadKeys(true).
 func (d *Dialect) HoldsDeadKeys() bool { return d.opts.hold }
+
+// ObserveTurnWait has f receive, for each claim that takes the table's claim
+// turn, the time from sending the claim to the grant of the turn: the wait
+// behind the claims of other workers and relays, plus a round trip. Call it
+// before the dialect is used. Where it is a large part of the claim's time
+// with several relays, the turn is what they queue on (docs/operations.md).
+func (d *Dialect) ObserveTurnWait(f func(time.Duration)) { d.turnWaited = f }
 
 // UniqueID reports whether the dialect was built WithUniqueID(true): its
 // claim does not repeat the head-of-key probe in the UPDATE.
@@ -225,11 +235,15 @@ func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams
 		b.Queue(d.turnSQL)
 	}
 	b.Queue(query, p.Token, micros(p.Lease))
+	sent := time.Now()
 	br := d.pool.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
 	if d.turnSQL != "" {
 		if _, err := br.Exec(); err != nil {
 			return nil, interpretError("claim turn", err)
+		}
+		if d.turnWaited != nil {
+			d.turnWaited(time.Since(sent))
 		}
 	}
 	rows, err := br.Query()

@@ -74,6 +74,7 @@ func (d *Dialect) turnClaim(ctx context.Context, query string, p dialect.ClaimPa
 	fe.SendExecute(&pgproto3.Execute{})
 	fe.SendExecute(&pgproto3.Execute{Portal: claimPortal})
 	fe.SendSync(&pgproto3.Sync{})
+	sent := time.Now()
 	if err := fe.Flush(); err != nil {
 		_ = pc.Close(context.WithoutCancel(ctx))
 		return nil, interpretError("claim", err)
@@ -104,6 +105,9 @@ func (d *Dialect) turnClaim(ctx context.Context, query string, p dialect.ClaimPa
 		}
 		_ = pc.Close(context.WithoutCancel(ctx))
 	}
+	if !rows.granted.IsZero() && d.turnWaited != nil {
+		d.turnWaited(rows.granted.Sub(sent))
+	}
 	switch {
 	case rows.turnErr != nil:
 		return nil, interpretError("claim turn", rows.turnErr)
@@ -119,14 +123,15 @@ type turnRows struct {
 	ctx     context.Context
 	conn    *pgx.Conn
 	fields  []pgconn.FieldDescription
-	formats []int16  // the result format of each field
-	values  [][]byte // the current row, in the read buffer
-	binds   int      // BindCompletes seen: the claim's, then the turn's
-	done    int      // CommandCompletes seen: the turn's, then the claim's
-	err     error    // the first error: the server's, or reading
-	turnErr error    // the server's error was the turn's
-	broken  bool     // reading failed: the connection's state is unknown
-	ended   bool     // ReadyForQuery seen
+	formats []int16   // the result format of each field
+	values  [][]byte  // the current row, in the read buffer
+	binds   int       // BindCompletes seen: the claim's, then the turn's
+	done    int       // CommandCompletes seen: the turn's, then the claim's
+	err     error     // the first error: the server's, or reading
+	turnErr error     // the server's error was the turn's
+	broken  bool      // reading failed: the connection's state is unknown
+	ended   bool      // ReadyForQuery seen
+	granted time.Time // when the turn's statement completed
 }
 
 // Next reads up to the claim's next row; at the end of the rows it reads
@@ -149,7 +154,9 @@ func (r *turnRows) Next() bool {
 		case *pgproto3.BindComplete:
 			r.binds++
 		case *pgproto3.CommandComplete:
-			r.done++
+			if r.done++; r.done == 1 {
+				r.granted = time.Now()
+			}
 		case *pgproto3.ErrorResponse:
 			if r.err == nil {
 				r.err = pgconn.ErrorResponseToPgError(m)

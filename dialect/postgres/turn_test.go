@@ -202,3 +202,44 @@ func TestClaimShapesBeyondTheKeptOnesUseTheStatementCache(t *testing.T) {
 		t.Errorf("%d claim statements prepared for good on the connection after %d shapes; want 1 to %d", named, shapes, maxClaimShapes)
 	}
 }
+
+// TestTurnWaitIsObserved: ObserveTurnWait receives, per claim, the time it
+// waited for the table's claim turn: at least as long as another claim
+// held it.
+func TestTurnWaitIsObserved(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithMaxConns(2))
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	waits := make(chan time.Duration, 4)
+	d.ObserveTurnWait(func(w time.Duration) { waits <- w })
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
+	holder := holdTurn(t, ctx, pg.Pool, d)
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000e1", Limit: 10, Lease: time.Minute})
+		claimed <- err
+	}()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		if err := holder.QueryRow(ctx, turnWaiters, claimTurnSpace).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}, "the claim never waited for the turn")
+	const held = 300 * time.Millisecond
+	time.Sleep(held)
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-claimed; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case w := <-waits:
+		if w < held {
+			t.Errorf("observed a wait of %v for a turn held at least %v after the claim queued", w, held)
+		}
+	default:
+		t.Fatal("no turn wait observed")
+	}
+}
