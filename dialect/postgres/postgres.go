@@ -202,10 +202,13 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if err != nil {
 		return nil, err
 	}
-	if kept && !p.Poll && d.turnSQL != "" {
-		return d.turnClaim(ctx, query, p)
+	switch {
+	case d.turnSQL == "":
+		return d.claim(ctx, query, p)
+	case p.Poll:
+		return d.pollClaim(ctx, query, p)
 	}
-	return d.claim(ctx, query, p)
+	return d.turnClaim(ctx, query, kept, p)
 }
 
 func compareMessages(a, b outbox.Message) int {
@@ -218,36 +221,14 @@ func compareMessages(a, b outbox.Message) int {
 	return strings.Compare(a.ID, b.ID)
 }
 
-// claim runs one rendered claim statement, after taking the table's claim
-// turn when claims take turns across relays (WithTableClaimTurns). Both go
-// in one batch: one round trip and one implicit transaction (a single
-// Sync), which releases the turn when the claim commits. The claim
-// statement takes its snapshot after the turn is granted, so it sees the
-// rows the last claim took. Claim runs the kept shapes with a turn through
-// turnClaim instead, which plans the claim before it waits for the turn;
-// this path serves the rest, through pgx's statement cache.
+// claim runs one rendered claim statement without a claim turn (replica
+// turns: WithTableClaimTurns(false)); a claim with the table's turn is
+// turnClaim, a poll pollClaim.
 func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
-	if p.Poll && d.turnSQL != "" {
-		return d.pollClaim(ctx, query, p)
-	}
-	b := &pgx.Batch{}
-	if d.turnSQL != "" {
-		b.Queue(d.turnSQL)
-	}
-	b.Queue(query, p.Token, micros(p.Lease))
-	sent := time.Now()
-	br := d.pool.SendBatch(ctx, b)
-	defer func() { _ = br.Close() }()
-	if d.turnSQL != "" {
-		if _, err := br.Exec(); err != nil {
-			return nil, interpretError("claim turn", err)
-		}
-		if d.turnWaited != nil {
-			d.turnWaited(time.Since(sent))
-		}
-	}
-	rows, err := br.Query()
-	return claimedRows(rows, err, p.Limit, br.Close) // Close: the implicit transaction's commit
+	rows, err := d.pool.Query(ctx, query, p.Token, micros(p.Lease))
+	// The statement's implicit transaction commits with its last message,
+	// which scanMessages reads (rows.Err reports a failed commit).
+	return claimedRows(rows, err, p.Limit, func() error { return nil })
 }
 
 // claimedRows reads the rows of a claim statement, then commits the claim's

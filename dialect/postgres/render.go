@@ -169,9 +169,9 @@ func (c *claimShapes) sql(key claimShape) (string, error) {
 }
 
 // sqlKept is sql, and reports whether the statement is one of the
-// maxClaimShapes kept: only those may be prepared on a connection for good
-// (turnClaim), so that a caller asking for ever new shapes cannot fill the
-// connections with prepared statements.
+// maxClaimShapes kept: only those stay prepared on a connection (turnClaim
+// deallocates the others after their claim), so that a caller asking for
+// ever new shapes cannot fill the connections with prepared statements.
 func (c *claimShapes) sqlKept(key claimShape) (string, bool, error) {
 	key.window, key.idleWindow = max(key.window, 0), max(key.idleWindow, 0)
 	c.mu.Lock()

@@ -41,7 +41,12 @@ const cancelTimeout = 2 * time.Second
 // extended protocol through pgconn (Frontend, ReceiveMessage). A failure to
 // read the replies closes the connection, since its protocol state is
 // unknown; an error from the server deallocates both statements.
-func (d *Dialect) turnClaim(ctx context.Context, query string, p dialect.ClaimParams) (msgs []outbox.Message, err error) {
+//
+// kept says whether query is one of the claim shapes the dialect keeps
+// (claimShapes.sqlKept): those stay prepared on the connection; any other
+// is deallocated after its claim, so that a caller asking for ever new
+// shapes cannot fill the connections with prepared statements.
+func (d *Dialect) turnClaim(ctx context.Context, query string, kept bool, p dialect.ClaimParams) (msgs []outbox.Message, err error) {
 	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, interpretError("claim", err)
@@ -81,14 +86,15 @@ func (d *Dialect) turnClaim(ctx context.Context, query string, p dialect.ClaimPa
 	}
 	rows := &turnRows{ctx: ctx, conn: conn, fields: claim.Fields, formats: formats}
 	msgs, err = scanMessages(rows, p.Limit)
-	if err != nil && !rows.broken {
-		// The server refused something. The statements stay prepared
-		// until told otherwise, and a claim prepared before the table
-		// changed (a column's type: "cached plan must not change result
-		// type") or dropped under it (DISCARD ALL) would fail on this
-		// connection for good: prepare both afresh next time.
+	if (err != nil || !kept) && !rows.broken {
+		// A shape that is not kept goes. And after an error from the
+		// server both go: the statements stay prepared until told
+		// otherwise, and a claim prepared before the table changed (a
+		// column's type: "cached plan must not change result type") or
+		// dropped under it (DISCARD ALL) would fail on this connection
+		// for good; they are prepared afresh next time.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-		if conn.Deallocate(dctx, query) != nil || conn.Deallocate(dctx, d.turnSQL) != nil {
+		if conn.Deallocate(dctx, query) != nil || (err != nil && conn.Deallocate(dctx, d.turnSQL) != nil) {
 			rows.broken = true
 		}
 		cancel()

@@ -176,13 +176,13 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 	}
 }
 
-// TestClaimShapesBeyondTheKeptOnesUseTheStatementCache: turnClaim prepares
-// the claim on its connection for good, so only the shapes the dialect
-// keeps (maxClaimShapes) go that way; a caller asking for ever new limits
-// still claims, in turn, through pgx's statement cache, and the connection
-// does not fill with prepared statements (a pool of one: every claim runs
-// on the connection that pg_prepared_statements then describes).
-func TestClaimShapesBeyondTheKeptOnesUseTheStatementCache(t *testing.T) {
+// TestClaimShapesBeyondTheKeptOnesAreNotKeptPrepared: turnClaim leaves the
+// claim prepared on its connection only for the shapes the dialect keeps
+// (maxClaimShapes); a caller asking for ever new limits still claims, in
+// turn, and the connection does not fill with prepared statements (a pool
+// of one: every claim runs on the connection that pg_prepared_statements
+// then describes).
+func TestClaimShapesBeyondTheKeptOnesAreNotKeptPrepared(t *testing.T) {
 	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
 	ctx := testenv.Context(t, 30*time.Second)
 	d := newDialect(t, pg.Pool)
