@@ -40,6 +40,7 @@ type Dialect struct {
 	// turnSQL takes the table's claim turn (WithTableClaimTurns); empty
 	// when claims do not take turns across relays.
 	turnSQL    string
+	turnName   string // turnSQL's prepared statement (preparedName)
 	tryTurnSQL string // the same, without waiting (dialect.ClaimParams.Poll)
 	// turnWaited receives how long each claim waited for the turn
 	// (ObserveTurnWait); nil: not measured.
@@ -110,6 +111,7 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 		}
 		if !o.replicaTurns {
 			d.turnSQL = claimTurnSQL(m, "pg_advisory_xact_lock")
+			d.turnName = preparedName(d.turnSQL)
 			d.tryTurnSQL = claimTurnSQL(m, "pg_try_advisory_xact_lock")
 		}
 	}
@@ -204,9 +206,9 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	}
 	switch {
 	case d.turnSQL == "":
-		return d.claim(ctx, query, p)
+		return d.claim(ctx, query.sql, p)
 	case p.Poll:
-		return d.pollClaim(ctx, query, p)
+		return d.pollClaim(ctx, query.sql, p)
 	}
 	return d.turnClaim(ctx, query, kept, p)
 }

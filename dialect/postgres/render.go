@@ -145,7 +145,13 @@ type claimShapes struct {
 	data renderData
 
 	mu     sync.Mutex
-	shapes map[claimShape]string
+	shapes map[claimShape]renderedClaim
+}
+
+// renderedClaim is a claim statement and the name turnClaim prepares it
+// under (preparedName).
+type renderedClaim struct {
+	sql, name string
 }
 
 // newClaimShapes parses the claim template file of fsys for m.
@@ -154,7 +160,7 @@ func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*cla
 	if err != nil {
 		return nil, err
 	}
-	c := &claimShapes{tmpl: tmpl, data: renderDataFor(m, o), shapes: map[claimShape]string{}}
+	c := &claimShapes{tmpl: tmpl, data: renderDataFor(m, o), shapes: map[claimShape]renderedClaim{}}
 	if _, err := c.sql(claimShape{limit: renderLimit, idleWindow: renderLimit}); err != nil { // fail at start, not at the first claim
 		return nil, err
 	}
@@ -164,32 +170,33 @@ func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*cla
 // sql returns the claim statement of shape key (a window of 0 or less:
 // unbounded).
 func (c *claimShapes) sql(key claimShape) (string, error) {
-	q, _, err := c.sqlKept(key)
-	return q, err
+	r, _, err := c.sqlKept(key)
+	return r.sql, err
 }
 
 // sqlKept is sql, and reports whether the statement is one of the
 // maxClaimShapes kept: only those stay prepared on a connection (turnClaim
 // deallocates the others after their claim), so that a caller asking for
 // ever new shapes cannot fill the connections with prepared statements.
-func (c *claimShapes) sqlKept(key claimShape) (string, bool, error) {
+func (c *claimShapes) sqlKept(key claimShape) (renderedClaim, bool, error) {
 	key.window, key.idleWindow = max(key.window, 0), max(key.idleWindow, 0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q, ok := c.shapes[key]; ok {
-		return q, true, nil
+	if r, ok := c.shapes[key]; ok {
+		return r, true, nil
 	}
 	d := c.data
 	d.Limit, d.Window, d.IdleWindow = key.limit, key.window, key.idleWindow
 	q, err := execute(c.tmpl, d)
 	if err != nil {
-		return "", false, err
+		return renderedClaim{}, false, err
 	}
+	r := renderedClaim{sql: q, name: preparedName(q)}
 	kept := len(c.shapes) < maxClaimShapes
 	if kept {
-		c.shapes[key] = q
+		c.shapes[key] = r
 	}
-	return q, kept, nil
+	return r, kept, nil
 }
 
 func newOptions(opts []Option) options {

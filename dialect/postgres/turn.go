@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -46,18 +48,44 @@ const cancelTimeout = 2 * time.Second
 // (claimShapes.sqlKept): those stay prepared on the connection; any other
 // is deallocated after its claim, so that a caller asking for ever new
 // shapes cannot fill the connections with prepared statements.
-func (d *Dialect) turnClaim(ctx context.Context, query string, kept bool, p dialect.ClaimParams) (msgs []outbox.Message, err error) {
+func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool, p dialect.ClaimParams) (msgs []outbox.Message, err error) {
 	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}
 	defer c.Release()
 	conn := c.Conn()
-	claim, err := conn.Prepare(ctx, query, query)
+	name := query.name
+	// Set when a shape that is not kept, or every statement after an error
+	// from the server, is to go (below); the connection closes when that
+	// fails, or when its replies were not read to the end.
+	var drop []string
+	broken := false
+	defer func() {
+		if len(drop) > 0 && !broken {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+			for _, n := range drop {
+				if conn.Deallocate(dctx, n) != nil {
+					broken = true
+					break
+				}
+			}
+			cancel()
+		}
+		if broken {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+			_ = conn.PgConn().Close(cctx)
+			cancel()
+		}
+	}()
+	claim, err := conn.Prepare(ctx, name, query.sql)
 	if err != nil {
 		return nil, interpretError("claim", err)
 	}
-	turn, err := conn.Prepare(ctx, d.turnSQL, d.turnSQL)
+	if !kept {
+		drop = append(drop, name)
+	}
+	turn, err := conn.Prepare(ctx, d.turnName, d.turnSQL)
 	if err != nil {
 		return nil, interpretError("claim turn", err)
 	}
@@ -66,6 +94,9 @@ func (d *Dialect) turnClaim(ctx context.Context, query string, kept bool, p dial
 	formats := make([]int16, len(claim.Fields))
 	for i, f := range claim.Fields {
 		formats[i] = conn.TypeMap().FormatCodeForOID(f.DataTypeOID)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, interpretError("claim", err) // nothing sent: nothing to cancel
 	}
 	pc := conn.PgConn()
 	fe := pc.Frontend()
@@ -81,35 +112,48 @@ func (d *Dialect) turnClaim(ctx context.Context, query string, kept bool, p dial
 	fe.SendSync(&pgproto3.Sync{})
 	sent := time.Now()
 	if err := fe.Flush(); err != nil {
-		_ = pc.Close(context.WithoutCancel(ctx))
+		broken = true
 		return nil, interpretError("claim", err)
 	}
-	rows := &turnRows{ctx: ctx, conn: conn, fields: claim.Fields, formats: formats}
+	// The context is watched once for the whole exchange, not for each
+	// message (pgconn's ReceiveMessage would for every row): when it ends,
+	// a read deadline in the past stops the next read from the socket.
+	// Replies already read into the buffer are still taken, so a claim
+	// whose answer has arrived in full is not dropped.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		_ = pc.Conn().SetReadDeadline(time.Now())
+	})
+	rows := &turnRows{conn: conn, fields: claim.Fields, formats: formats}
 	msgs, err = scanMessages(rows, p.Limit)
-	if (err != nil || !kept) && !rows.broken {
-		// A shape that is not kept goes. And after an error from the
-		// server both go: the statements stay prepared until told
-		// otherwise, and a claim prepared before the table changed (a
-		// column's type: "cached plan must not change result type") or
-		// dropped under it (DISCARD ALL) would fail on this connection
-		// for good; they are prepared afresh next time.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-		if conn.Deallocate(dctx, query) != nil || (err != nil && conn.Deallocate(dctx, d.turnSQL) != nil) {
+	if !stop() {
+		<-fired
+		if !rows.broken && pc.Conn().SetReadDeadline(time.Time{}) != nil {
 			rows.broken = true
 		}
-		cancel()
 	}
 	if rows.broken {
+		// The server may still be at work on the claim: waiting for the
+		// turn, then claiming rows nobody would read (they would wait for
+		// their lease to expire). Giving up on the socket alone, as pgx
+		// does, leaves it at that; cancel the statement (too late if it
+		// has committed already: then they wait).
+		broken = true
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		_ = pc.CancelRequest(cctx)
+		cancel()
 		if ctx.Err() != nil {
-			// pgx gives up on the socket only: the server would go on
-			// waiting for the turn, then claim rows nobody reads (they
-			// would wait for their lease to expire). Cancel the statement
-			// (too late if it has committed already: then they wait).
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			_ = pc.CancelRequest(cctx)
-			cancel()
+			err = ctx.Err()
 		}
-		_ = pc.Close(context.WithoutCancel(ctx))
+	}
+	if err != nil {
+		// After an error from the server both statements go: they stay
+		// prepared until told otherwise, and a claim prepared before the
+		// table changed (a column's type: "cached plan must not change
+		// result type") or dropped under it (DISCARD ALL) would fail on
+		// this connection for good; they are prepared afresh next time.
+		drop = []string{name, d.turnName}
 	}
 	if !rows.granted.IsZero() && d.turnWaited != nil {
 		d.turnWaited(rows.granted.Sub(sent))
@@ -123,10 +167,21 @@ func (d *Dialect) turnClaim(ctx context.Context, query string, kept bool, p dial
 	return msgs, nil
 }
 
+// preparedName names a statement that turnClaim prepares. Not its SQL
+// text: pgx files a statement prepared under its own text by that text and
+// hands it to every Query of the text on the connection. A poll (pollClaim)
+// runs the same claim shapes through pgx's statement cache, which pgx
+// invalidates after an error; sharing turnClaim's statement, which only
+// turnClaim repairs, a poll after a column changed type failed on that
+// connection for good.
+func preparedName(sql string) string {
+	sum := sha256.Sum256([]byte(sql))
+	return "qb_" + hex.EncodeToString(sum[:16])
+}
+
 // turnRows reads the messages of turnClaim up to ReadyForQuery, offering
 // the claim's rows to scanMessages (rowScanner).
 type turnRows struct {
-	ctx     context.Context
 	conn    *pgx.Conn
 	fields  []pgconn.FieldDescription
 	formats []int16   // the result format of each field
@@ -144,9 +199,19 @@ type turnRows struct {
 // on to ReadyForQuery (the commit).
 func (r *turnRows) Next() bool {
 	for !r.ended {
-		msg, err := r.conn.PgConn().ReceiveMessage(r.ctx)
+		msg, err := r.conn.PgConn().ReceiveMessage(context.Background()) // turnClaim watches the context
 		if err != nil {
-			r.err, r.broken, r.ended = err, true, true
+			// An error the server ends the session with (FATAL) closes
+			// the connection in pgconn and arrives here, not as an
+			// ErrorResponse.
+			var pgErr *pgconn.PgError
+			if r.err == nil {
+				r.err = err
+				if errors.As(err, &pgErr) && r.binds >= 1 && r.done == 0 {
+					r.turnErr = err
+				}
+			}
+			r.broken, r.ended = true, true
 			return false
 		}
 		switch m := msg.(type) {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,7 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 	} {
 		what, change := c.what, c.change
 		pg.MustExec(t, ctx, change)
+		pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`) // DISCARD ALL resets it
 		failed := 0
 		for {
 			msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c4", Limit: 1, Lease: time.Minute})
@@ -241,5 +243,94 @@ func TestTurnWaitIsObserved(t *testing.T) {
 		}
 	default:
 		t.Fatal("no turn wait observed")
+	}
+}
+
+// TestPollAfterTheClaimChangedUnderIt: a poll (pollClaim) runs the claim
+// shapes that turnClaim prepares, through pgx's statement cache. When a
+// column changes type under them, or a pooler's DISCARD ALL drops them, a
+// poll fails at most once for each of its statements, then works: it must not share
+// turnClaim's prepared statement, which pgx files under the statement's
+// text when prepared under it, does not invalidate after an error, and
+// only turnClaim repairs. Idle relays only poll, so before the fix they
+// failed on that connection until it was recycled. A pool of one, so that
+// every claim runs on the same connection.
+func TestPollAfterTheClaimChangedUnderIt(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('polls', '{}')`)
+	reset := func() {
+		t.Helper()
+		pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
+	}
+	claim := func(poll bool) ([]string, error) {
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000f1", Limit: 1, Lease: time.Minute, Poll: poll})
+		ids := make([]string, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+		}
+		return ids, err
+	}
+	// The claim in turn and the poll have each run once on the connection.
+	for _, poll := range []bool{false, true} {
+		if ids, err := claim(poll); err != nil || len(ids) != 1 {
+			t.Fatalf("claim (poll %v) before the change: %v, %v", poll, ids, err)
+		}
+		reset()
+	}
+	// Each statement that vanished fails once: after DISCARD ALL a poll
+	// can fail twice, once for its try of the turn and once for the claim.
+	for _, c := range []struct {
+		what, change string
+		polls        int // failures allowed to the polls
+	}{
+		{"the column changed type", `ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(300)`, 1},
+		{"the prepared statements vanished", `DISCARD ALL`, 2},
+	} {
+		pg.MustExec(t, ctx, c.change)
+		pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`)
+		// The poll first, then the claim in turn beside it.
+		for _, poll := range []bool{true, false} {
+			failed := 0
+			for {
+				ids, err := claim(poll)
+				if errors.Is(err, dialect.ErrClaimTurnBusy) {
+					t.Fatal("the poll found the claim turn busy with no other claimer")
+				}
+				if err == nil && len(ids) == 1 {
+					break
+				}
+				if failed++; failed > 1 && (!poll || failed > c.polls) {
+					t.Fatalf("claim (poll %v) %d after %s: %v, %v; want at most one failure", poll, failed, c.what, ids, err)
+				}
+			}
+			reset()
+		}
+	}
+}
+
+// TestTurnClaimReadsPastNotices: notices the server sends in the middle of
+// the claim's replies (here a trigger's RAISE NOTICE for every claimed row)
+// are passed over; every row is decoded and the connection stays usable.
+func TestTurnClaimReadsPastNotices(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'notices', '{}' FROM generate_series(1, 5)`)
+	pg.MustExec(t, ctx, `CREATE FUNCTION notice_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE NOTICE 'claiming %', NEW.id; RETURN NEW; END $$`)
+	pg.MustExec(t, ctx, `CREATE TRIGGER notice_claim BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION notice_claim()`)
+	for _, want := range []int{3, 2, 0} {
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000f2", Limit: 3, Lease: time.Minute})
+		if err != nil || len(msgs) != want {
+			t.Fatalf("claim beside notices: %d rows, %v; want %d", len(msgs), err, want)
+		}
+		for _, m := range msgs {
+			if m.Topic != "notices" || string(m.Payload) != "{}" || m.ID == "" {
+				t.Errorf("claimed row decoded as %+v", m)
+			}
+		}
 	}
 }
