@@ -334,3 +334,28 @@ func TestTurnClaimReadsPastNotices(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnClaimTurnErrorIsTheTurns: when the wait for the claim turn itself
+// fails (here the session's lock_timeout), the claim reports the turn's
+// error under its own name, claims nothing, and its connection serves the
+// next claim.
+func TestTurnClaimTurnErrorIsTheTurns(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithMaxConns(2))
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
+	holder := holdTurn(t, ctx, pg.Pool, d)
+	// The pool's other connection, the one the claim gets.
+	pg.MustExec(t, ctx, `SET lock_timeout = '100ms'`)
+	msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-000000000101", Limit: 10, Lease: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "postgres: claim turn:") || !strings.Contains(err.Error(), "lock timeout") || len(msgs) != 0 {
+		t.Fatalf("claim whose wait for the turn timed out: %d rows, %v; want the turn's lock timeout", len(msgs), err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err = d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-000000000102", Limit: 10, Lease: time.Minute})
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("claim after the turn's error: %d rows, %v; want the row", len(msgs), err)
+	}
+}
