@@ -30,6 +30,18 @@ func holdTurn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, d *Dialect)
 	return holder
 }
 
+// oneRowTurnHeld sets up a pool of two connections over a table of one
+// pending row, whose claim turn another transaction holds (holdTurn): one
+// connection for the holder, one for the claim under test.
+func oneRowTurnHeld(t *testing.T) (*testenv.PG, context.Context, *Dialect, pgx.Tx) {
+	t.Helper()
+	pg := testenv.Postgres(t, testenv.WithMaxConns(2))
+	ctx := testenv.Context(t, 30*time.Second)
+	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
+	return pg, ctx, d, holdTurn(t, ctx, pg.Pool, d)
+}
+
 // turnWaiters counts the backends waiting for this schema's claim turn.
 const turnWaiters = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted
 	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -41,11 +53,7 @@ const turnWaiters = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' A
 // would leave the server waiting for the turn, then claiming rows that
 // nobody reads, which would wait for their lease to expire.
 func TestTurnClaimCancelledWhileWaiting(t *testing.T) {
-	pg := testenv.Postgres(t, testenv.WithMaxConns(2))
-	ctx := testenv.Context(t, 30*time.Second)
-	d := newDialect(t, pg.Pool)
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
-	holder := holdTurn(t, ctx, pg.Pool, d)
+	_, ctx, d, holder := oneRowTurnHeld(t)
 
 	waiters := func() int {
 		t.Helper()
@@ -209,13 +217,9 @@ func TestClaimShapesBeyondTheKeptOnesAreNotKeptPrepared(t *testing.T) {
 // waited for the table's claim turn: at least as long as another claim
 // held it.
 func TestTurnWaitIsObserved(t *testing.T) {
-	pg := testenv.Postgres(t, testenv.WithMaxConns(2))
-	ctx := testenv.Context(t, 30*time.Second)
-	d := newDialect(t, pg.Pool)
+	_, ctx, d, holder := oneRowTurnHeld(t)
 	waits := make(chan time.Duration, 4)
 	d.ObserveTurnWait(func(w time.Duration) { waits <- w })
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
-	holder := holdTurn(t, ctx, pg.Pool, d)
 	claimed := make(chan error, 1)
 	go func() {
 		_, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000e1", Limit: 10, Lease: time.Minute})
@@ -340,11 +344,7 @@ func TestTurnClaimReadsPastNotices(t *testing.T) {
 // error under its own name, claims nothing, and its connection serves the
 // next claim.
 func TestTurnClaimTurnErrorIsTheTurns(t *testing.T) {
-	pg := testenv.Postgres(t, testenv.WithMaxConns(2))
-	ctx := testenv.Context(t, 30*time.Second)
-	d := newDialect(t, pg.Pool)
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
-	holder := holdTurn(t, ctx, pg.Pool, d)
+	pg, ctx, d, holder := oneRowTurnHeld(t)
 	// The pool's other connection, the one the claim gets.
 	pg.MustExec(t, ctx, `SET lock_timeout = '100ms'`)
 	msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-000000000101", Limit: 10, Lease: time.Minute})
