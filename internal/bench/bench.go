@@ -140,10 +140,15 @@ type Drain struct {
 	BareDB float64 `json:"bareDatabaseCpuSecondsPer10kRows,omitempty"`
 	// BareSteal is the CPU steal (% of the machine's CPU time taken by
 	// the hypervisor) during the median bare loop; 0 on bare metal.
-	BareSteal float64    `json:"bareStealPercent"`
-	Relay     []RelayRun `json:"relay"`
-	BareErr   string     `json:"bareError,omitempty"`
-	Warnings  []string   `json:"warnings,omitempty"`
+	BareSteal float64 `json:"bareStealPercent"`
+	// BareHostCPU and BareBusy are the CPU time of every process on the
+	// machine (s per 10,000 rows) and the share of the machine's CPU time
+	// spent running, during the median bare loop.
+	BareHostCPU float64    `json:"bareHostCpuSecondsPer10kRows"`
+	BareBusy    float64    `json:"bareHostBusyPercent"`
+	Relay       []RelayRun `json:"relay"`
+	BareErr     string     `json:"bareError,omitempty"`
+	Warnings    []string   `json:"warnings,omitempty"`
 }
 
 // RelayRun is the relay with Replicas processes on one case.
@@ -156,6 +161,8 @@ type RelayRun struct {
 	CPUPer10k     float64 `json:"cpuSecondsPer10kRows"`
 	DBCPUPer10k   float64 `json:"databaseCpuSecondsPer10kRows,omitempty"` // local PostgreSQL only
 	StealPct      float64 `json:"stealPercent"`                           // CPU steal during the drain (Drain.BareSteal)
+	HostCPUPer10k float64 `json:"hostCpuSecondsPer10kRows"`               // every process on the machine (Drain.BareHostCPU)
+	HostBusyPct   float64 `json:"hostBusyPercent"`                        // share of the machine's CPU time spent running
 	PeakRSSMiB    float64 `json:"peakRssMiB"`                             // the largest replica's VmHWM
 	IdleQPS       float64 `json:"idleQueriesPerSecPerReplica"`
 	IdleCPU       float64 `json:"idleCpuPercentPerReplica"`
@@ -344,6 +351,7 @@ func topicFor() string { return "qbb." + randomHex(6) }
 // bareRun is one run of the bare loop.
 type bareRun struct {
 	rowsPerSec, dbPer10k, steal float64
+	hostPer10k, busy            float64
 }
 
 func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool) (bareRun, error) {
@@ -398,15 +406,15 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 	start, meter := time.Now(), startHostMeter()
 	n, err := bareLoop(ctx, s, keyed, o.BatchSize, publish)
 	elapsed := time.Since(start)
-	db, steal := meter.stop()
+	c := meter.stop()
 	if err != nil {
 		return bareRun{}, err
 	}
 	if n != o.Rows {
 		return bareRun{}, fmt.Errorf("bare loop sent %d of %d rows", n, o.Rows)
 	}
-	return bareRun{rowsPerSec: float64(n) / elapsed.Seconds(), dbPer10k: db.Seconds() / float64(n) * 10_000,
-		steal: steal}, nil
+	return bareRun{rowsPerSec: float64(n) / elapsed.Seconds(), dbPer10k: c.db.Seconds() / float64(n) * 10_000,
+		steal: c.steal, hostPer10k: c.host.Seconds() / float64(n) * 10_000, busy: c.busy}, nil
 }
 
 // runDrain runs one case o.Runs times — the bare loop, then the relay at
@@ -431,7 +439,7 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 		}
 		bare := br.rowsPerSec
 		bares = append(bares, br)
-		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k  steal %.0f%%", bare, br.dbPer10k, br.steal)
+		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%", bare, br.dbPer10k, br.hostPer10k, br.busy, br.steal)
 		for i, n := range o.Replicas {
 			rr := runRelay(ctx, w, o, tmp, dest, keyed, n, profileSpec{
 				path: profilePath(o.ProfileDir, name, n), seconds: profileSeconds(o.Rows, bare)}, round == 1)
@@ -443,8 +451,8 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 				if rr.RowsPerClaim > 0 {
 					perClaim = fmt.Sprintf("  %.1f rows/claim", rr.RowsPerClaim)
 				}
-				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  steal %.0f%%  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
-					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.StealPct, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
+				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
+					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.HostCPUPer10k, rr.HostBusyPct, rr.StealPct, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
 				if steal := max(rr.StealPct, br.steal); steal > stealWarnPercent {
 					d.Warnings = append(d.Warnings, fmt.Sprintf("round %d, relay ×%d: CPU steal %.0f%% (bare loop %.0f%%): the hypervisor took that share of the CPUs; read this ratio with care",
 						round, n, rr.StealPct, br.steal))
@@ -456,6 +464,7 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 	if len(bares) > 0 {
 		m := slices.SortedFunc(slices.Values(bares), func(a, b bareRun) int { return cmp.Compare(a.rowsPerSec, b.rowsPerSec) })[len(bares)/2]
 		d.Bare, d.BareDB, d.BareSteal = m.rowsPerSec, median(dbPer10k(bares)), m.steal
+		d.BareHostCPU, d.BareBusy = m.hostPer10k, m.busy
 	}
 	for i, n := range o.Replicas {
 		m := medianRun(runs[i], n)
@@ -597,9 +606,10 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		return fail(err)
 	}
 	after := procAll(reps)
-	db, steal := meter.stop()
-	rr.StealPct = steal
-	rr.DBCPUPer10k = db.Seconds() / float64(o.Rows) * 10_000
+	c := meter.stop()
+	rr.StealPct, rr.HostBusyPct = c.steal, c.busy
+	rr.DBCPUPer10k = c.db.Seconds() / float64(o.Rows) * 10_000
+	rr.HostCPUPer10k = c.host.Seconds() / float64(o.Rows) * 10_000
 	rr.DrainSeconds = doneAt.Sub(start).Seconds()
 	rr.RowsPerSec = float64(o.Rows) / rr.DrainSeconds
 	var cpu time.Duration
@@ -653,7 +663,8 @@ func waitSettled(ctx context.Context, s *schema) error {
 }
 
 // idleCost lets the replicas settle into idle polling, then measures the
-// bench database's committed transactions (every relay statement is one)
+// bench database's transactions (every relay statement is one; committed
+// or rolled back)
 // and the replicas' CPU over o.IdleWindow. Nothing else uses the bench
 // database meanwhile. Returns per-replica queries/s and CPU percent.
 // statsLag is how long PostgreSQL 15 may hold a backend's counts before
@@ -668,7 +679,7 @@ func idleCost(ctx context.Context, w *world, o *Options, reps []*replica) (qps, 
 	if !sleepCtx(ctx, statsLag) {
 		return 0, 0, ctx.Err()
 	}
-	x0, err := w.xactCommits(ctx)
+	x0, err := w.transactions(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -684,7 +695,7 @@ func idleCost(ctx context.Context, w *world, o *Options, reps []*replica) (qps, 
 	if !sleepCtx(ctx, 1100*time.Millisecond) {
 		return 0, 0, ctx.Err()
 	}
-	x1, err := w.xactCommits(ctx)
+	x1, err := w.transactions(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -693,7 +704,7 @@ func idleCost(ctx context.Context, w *world, o *Options, reps []*replica) (qps, 
 		cpu += p1[i].cpu - p0[i].cpu
 	}
 	n := float64(len(reps))
-	// The xactCommits query runs on the maintenance database, not the
+	// The transactions query runs on the maintenance database, not the
 	// bench one: nothing to subtract. Each read may lag by up to a second
 	// of counts; over the reads' own interval the lags cancel out.
 	return float64(x1-x0) / (el + 1.1) / n, cpu.Seconds() / el / n * 100, nil

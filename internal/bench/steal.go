@@ -15,7 +15,8 @@ import (
 const stealWarnPercent = 10
 
 // hostMeter measures what one drain cost the machine, the same way for the
-// bare loop and the relay: the local database's CPU time and the CPU steal.
+// bare loop and the relay: the local database's CPU time, the CPU steal and
+// the CPU time of every process on the machine.
 type hostMeter struct {
 	db  time.Duration
 	cpu cpuTimes
@@ -23,14 +24,36 @@ type hostMeter struct {
 
 func startHostMeter() hostMeter { return hostMeter{db: databaseCPU(), cpu: readCPUTimes()} }
 
-// stop returns the database's CPU time and the steal (%) since the start.
-func (m hostMeter) stop() (db time.Duration, steal float64) {
-	return databaseCPU() - m.db, stealPercent(m.cpu, readCPUTimes())
+// hostCost is what a drain cost the machine (hostMeter).
+type hostCost struct {
+	db time.Duration // the local database's processes
+	// host is the CPU time every process of the machine spent running
+	// (user, system, interrupts; not idle, I/O wait or steal): the
+	// database, the broker, the relay or bare loop, the bench itself.
+	host time.Duration
+	// steal and busy are shares of the machine's CPU time (all CPUs): taken
+	// by the hypervisor, and spent running (host). busy near 100 means the
+	// drain had no CPU to spare: its rate is then its CPU time per row.
+	steal, busy float64
+}
+
+// stop returns what the machine spent since the start.
+func (m hostMeter) stop() hostCost {
+	now := readCPUTimes()
+	c := hostCost{db: databaseCPU() - m.db, steal: stealPercent(m.cpu, now), busy: busyPercent(m.cpu, now)}
+	if now.total > m.cpu.total {
+		c.host = time.Duration(float64(now.busy()-m.cpu.busy()) / clockTicks * float64(time.Second))
+	}
+	return c
 }
 
 // cpuTimes is the machine-wide CPU time of /proc/stat's first line, in
-// clock ticks: all of it, and the part stolen by the hypervisor.
-type cpuTimes struct{ total, steal uint64 }
+// clock ticks: all of it, the part stolen by the hypervisor and the part
+// idle (idle and iowait).
+type cpuTimes struct{ total, steal, idle uint64 }
+
+// busy is the CPU time spent running something.
+func (t cpuTimes) busy() uint64 { return t.total - t.steal - t.idle }
 
 // readCPUTimes reads /proc/stat; the zero value where there is none.
 func readCPUTimes() cpuTimes {
@@ -61,7 +84,10 @@ func parseCPUTimes(line string) cpuTimes {
 			return cpuTimes{}
 		}
 		t.total += v
-		if i == 7 {
+		switch i {
+		case 3, 4: // idle, iowait
+			t.idle += v
+		case 7:
 			t.steal = v
 		}
 	}
@@ -74,4 +100,13 @@ func stealPercent(a, b cpuTimes) float64 {
 		return 0
 	}
 	return float64(b.steal-a.steal) / float64(b.total-a.total) * 100
+}
+
+// busyPercent is the share of the CPUs' time spent running between a and
+// b: 100 when every CPU ran something all the time.
+func busyPercent(a, b cpuTimes) float64 {
+	if b.total <= a.total {
+		return 0
+	}
+	return float64(b.busy()-a.busy()) / float64(b.total-a.total) * 100
 }

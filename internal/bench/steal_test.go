@@ -16,6 +16,18 @@ func TestStealPercent(t *testing.T) {
 	if got := stealPercent(b, a); got != 0 {
 		t.Fatalf("steal over a backwards interval: %.2f%%, want 0", got)
 	}
+	// Busy: user and system, 2000 of 3000 ticks; idle and steal are not.
+	if got, want := busyPercent(a, b), 2000.0/3000*100; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("busy %.4f%%, want %.4f%%", got, want)
+	}
+	if got := busyPercent(b, a); got != 0 {
+		t.Fatalf("busy over a backwards interval: %.2f%%, want 0", got)
+	}
+	// iowait (the fifth figure) is idle time too.
+	c := parseCPUTimes("cpu  178938 0 50634 601163 3436 0 5709 6205 300 0")
+	if got, want := busyPercent(b, c), 0.0; got != want {
+		t.Fatalf("busy over an interval of iowait only: %.2f%%, want 0", got)
+	}
 	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 3", "cpu 1 2 3 4 5 6 7 x"} {
 		if got := parseCPUTimes(bad); got != (cpuTimes{}) {
 			t.Fatalf("parseCPUTimes(%q) = %+v, want zero", bad, got)

@@ -85,8 +85,8 @@ func openWorld(ctx context.Context, o *Options) (_ *world, err error) {
 			w.close()
 		}
 	}()
-	// The bench runs in a database of its own so that its xact_commit
-	// counter (idle cost) is not mixed with other users of the server.
+	// The bench runs in a database of its own so that its transaction
+	// counters (idle cost) are not mixed with other users of the server.
 	w.admin, err = pgxpool.New(ctx, o.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect %s: %w", redactURL(o.DatabaseURL), err)
@@ -168,11 +168,13 @@ func (w *world) close() {
 	}
 }
 
-// xactCommits returns the committed transactions of the bench database so
-// far (pg_stat_database, flushed by backends at most ~1s late).
-func (w *world) xactCommits(ctx context.Context) (int64, error) {
+// transactions returns the transactions of the bench database so far,
+// committed and rolled back (pg_stat_database, flushed by backends at most
+// ~1s late). Rolled back ones count: a lock-mode claim that finds nothing
+// ends its transaction with a rollback, and it cost a query all the same.
+func (w *world) transactions(ctx context.Context) (int64, error) {
 	var n int64
-	err := w.admin.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", w.dbName).Scan(&n)
+	err := w.admin.QueryRow(ctx, "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", w.dbName).Scan(&n)
 	return n, err
 }
 
