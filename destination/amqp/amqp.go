@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -48,7 +49,13 @@ const (
 	DefaultExchangeType = "topic"
 	DefaultDialTimeout  = 5 * time.Second
 	DefaultMaxIdle      = 4
-	ContentType         = "application/json"
+	// DefaultConfirmTimeout bounds one batch's publish and confirms.
+	DefaultConfirmTimeout = 30 * time.Second
+	// closeGrace is how long a failed batch waits for the channel's close
+	// reason (a channel-level error arrives just after the failure it
+	// explains), once per batch.
+	closeGrace  = 250 * time.Millisecond
+	ContentType = "application/json"
 )
 
 // Options configure an AMQP destination. They map one to one from the
@@ -81,6 +88,15 @@ type Options struct {
 	// MaxIdleChannels is how many confirm-mode channels are kept open
 	// between batches; concurrent Publish calls each use their own channel.
 	MaxIdleChannels int
+	// ConfirmTimeout bounds one Publish, from its first write to its last
+	// confirm, independently of ctx: a broker that blocks its publishers
+	// (a memory or disk alarm blocks the TCP connection, and amqp091
+	// checks ctx only before a write) or withholds confirms (a quorum
+	// queue without its majority) keeps heartbeating, so the connection
+	// is never declared dead. When it passes, the messages not confirmed
+	// fail as unavailable and the connection is closed, so that a write
+	// blocked on it returns. 0: DefaultConfirmTimeout.
+	ConfirmTimeout time.Duration
 }
 
 // Destination publishes outbox messages to RabbitMQ.
@@ -94,8 +110,13 @@ type Destination struct {
 	// dial is replaced by tests to reach the TCP connection.
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	// waitClose waits up to closeGrace for a channel's close reason;
+	// replaced by tests to count the waits.
+	waitClose func(dead <-chan struct{})
+
 	mu     sync.Mutex
 	conn   *amqp.Connection
+	raw    net.Conn // conn's socket: closing it ends a write the broker blocks
 	gen    uint64
 	idle   []*session
 	known  map[string]bool // exchanges declared or checked on conn
@@ -143,6 +164,9 @@ func newDestination(ctx context.Context, opts Options, log *slog.Logger, dial fu
 	if opts.MaxIdleChannels <= 0 {
 		opts.MaxIdleChannels = DefaultMaxIdle
 	}
+	if opts.ConfirmTimeout <= 0 {
+		opts.ConfirmTimeout = DefaultConfirmTimeout
+	}
 	ex, err := router.ParseTemplate(opts.Exchange)
 	if err != nil {
 		return nil, fmt.Errorf("amqp destination %q: exchange: %w", opts.Name, err)
@@ -160,6 +184,12 @@ func newDestination(ctx context.Context, opts Options, log *slog.Logger, dial fu
 		rkey:     rk,
 		known:    map[string]bool{},
 		dial:     dial,
+		waitClose: func(dead <-chan struct{}) {
+			select {
+			case <-dead:
+			case <-time.After(closeGrace):
+			}
+		},
 	}
 	if err := d.connectNow(ctx); err != nil {
 		d.log.Warn("amqp broker not reachable yet; will connect on first publish", "error", err)
@@ -202,6 +232,7 @@ func (d *Destination) connLocked(ctx context.Context) (*amqp.Connection, uint64,
 	}
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName("queuebox/" + d.opts.Name)
+	var raw net.Conn
 	cfg := amqp.Config{
 		TLSClientConfig: d.opts.TLS,
 		Properties:      props,
@@ -220,6 +251,7 @@ func (d *Destination) connLocked(ctx context.Context) (*amqp.Connection, uint64,
 				_ = c.Close()
 				return nil, err
 			}
+			raw = c
 			return c, nil
 		},
 	}
@@ -230,7 +262,7 @@ func (d *Destination) connLocked(ctx context.Context) (*amqp.Connection, uint64,
 	if d.conn != nil {
 		d.log.Info("amqp connection re-established")
 	}
-	d.conn = conn
+	d.conn, d.raw = conn, raw
 	d.gen++
 	d.known = map[string]bool{}
 	for _, s := range d.idle {
@@ -258,6 +290,7 @@ func scrubURL(err error) error {
 // session is one confirm-mode channel, owned by one Publish at a time.
 type session struct {
 	ch      *amqp.Channel
+	raw     net.Conn // the connection's socket
 	gen     uint64
 	returns chan amqp.Return
 	closes  chan *amqp.Error
@@ -295,6 +328,7 @@ func (d *Destination) acquire(ctx context.Context) (*session, error) {
 	}
 	s := &session{
 		ch:       ch,
+		raw:      d.raw,
 		gen:      gen,
 		returns:  ch.NotifyReturn(make(chan amqp.Return)), // unbuffered: see watch
 		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
@@ -442,6 +476,20 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 	clear(s.returned)
 	s.mu.Unlock()
 
+	// The publish and its confirms are bounded by ConfirmTimeout, and a
+	// write the broker blocks (ctx is checked only before each write) is
+	// ended by closing the connection's socket when the bound or ctx ends.
+	wctx, cancel := context.WithTimeout(ctx, d.opts.ConfirmTimeout)
+	defer cancel()
+	var writing atomic.Bool
+	writing.Store(true)
+	stopCut := context.AfterFunc(wctx, func() {
+		if writing.Load() && s.raw != nil {
+			_ = s.raw.Close()
+		}
+	})
+	defer stopCut()
+
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	var pubErr error
 	for i := range msgs {
@@ -452,7 +500,7 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 			errs[i] = pubErr
 			continue
 		}
-		dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, addrs[i].exchange, addrs[i].key, true, false, Properties(&msgs[i]))
+		dc, err := s.ch.PublishWithDeferredConfirmWithContext(wctx, addrs[i].exchange, addrs[i].key, true, false, Properties(&msgs[i]))
 		if err != nil {
 			pubErr = err
 			errs[i] = err
@@ -460,8 +508,11 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 		}
 		confirms[i] = dc
 	}
+	writing.Store(false)
 
-	healthy := pubErr == nil
+	// reusable: the channel can serve the next batch (no confirm or
+	// return of this one can still arrive on it, and it is open).
+	reusable := pubErr == nil
 wait:
 	for _, dc := range confirms {
 		if dc == nil {
@@ -469,13 +520,16 @@ wait:
 		}
 		select {
 		case <-dc.Done():
-		case <-ctx.Done():
+		case <-wctx.Done():
 			// Confirms still due would arrive on a channel we hand to the
 			// next batch: drop the channel instead.
-			healthy = false
+			reusable = false
 			break wait
 		}
 	}
+	// timedOut: ConfirmTimeout passed, not ctx: the broker is blocking
+	// publishers or withholding confirms.
+	timedOut := wctx.Err() != nil && ctx.Err() == nil
 	s.barrier()
 	s.mu.Lock()
 	returned := make(map[string]amqp.Return, len(s.returned))
@@ -484,13 +538,14 @@ wait:
 	}
 	s.mu.Unlock()
 
+	// closeReason is the channel's close error, if it closed; a failed
+	// batch waits for it once (closeGrace), not once per message.
 	var closeErr error
+	checked := false
 	closeReason := func() error {
-		if closeErr == nil {
-			select {
-			case <-s.dead:
-			case <-time.After(250 * time.Millisecond):
-			}
+		if !checked {
+			checked = true
+			d.waitClose(s.dead)
 			if r := s.reason(); r != nil {
 				closeErr = d.channelClosed(r)
 			} else if s.isDead() {
@@ -499,13 +554,25 @@ wait:
 		}
 		return closeErr
 	}
+	blocked := func() error {
+		return outbox.Unavailable(fmt.Errorf("amqp %s: no publisher confirm within %s: the broker may be blocking publishers (a memory or disk alarm) or withholding confirms (a queue without its majority)",
+			d.redacted, d.opts.ConfirmTimeout))
+	}
 	for i, dc := range confirms {
 		if dc == nil {
 			if errs[i] != nil && todo[i] && pubErr != nil {
-				if r := closeReason(); r != nil {
-					errs[i] = r
-				} else {
-					errs[i] = classifyConnErr(fmt.Errorf("amqp %s: publish: %w", d.redacted, errs[i]))
+				switch {
+				case timedOut:
+					errs[i] = blocked()
+				case ctx.Err() != nil:
+					// Shutdown ended the publish: not a broker failure.
+					errs[i] = fmt.Errorf("amqp: not published before the context ended: %w", ctx.Err())
+				default:
+					if r := closeReason(); r != nil {
+						errs[i] = r
+					} else {
+						errs[i] = classifyConnErr(fmt.Errorf("amqp %s: publish: %w", d.redacted, errs[i]))
+					}
 				}
 			}
 			continue
@@ -513,7 +580,11 @@ wait:
 		select {
 		case <-dc.Done():
 		default:
-			errs[i] = fmt.Errorf("amqp: no publisher confirm before the context ended: %w", ctx.Err())
+			if timedOut {
+				errs[i] = blocked()
+			} else {
+				errs[i] = fmt.Errorf("amqp: no publisher confirm before the context ended: %w", ctx.Err())
+			}
 			continue
 		}
 		if r, ok := returned[msgs[i].ID]; ok {
@@ -524,15 +595,15 @@ wait:
 		if dc.Acked() {
 			continue
 		}
-		healthy = false
 		if r := closeReason(); r != nil {
+			reusable = false
 			errs[i] = r
 		} else {
-			healthy = true
+			// A nack leaves the channel open and usable.
 			errs[i] = fmt.Errorf("amqp: message nacked by the broker (exchange %q routing key %q)", addrs[i].exchange, addrs[i].key)
 		}
 	}
-	if healthy && !s.isDead() {
+	if reusable && !s.isDead() {
 		d.release(s)
 	} else {
 		d.forget(s)

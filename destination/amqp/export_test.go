@@ -11,3 +11,7 @@ import (
 func NewWithDial(ctx context.Context, opts Options, log *slog.Logger, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*Destination, error) {
 	return newDestination(ctx, opts, log, dial)
 }
+
+// SetWaitClose replaces the wait for a channel's close reason, so that a
+// test can count the waits.
+func SetWaitClose(d *Destination, f func(dead <-chan struct{})) { d.waitClose = f }

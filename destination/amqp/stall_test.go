@@ -1,0 +1,266 @@
+package amqp_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/amqp"
+	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// stallConn is a TCP connection whose reads or writes a test can hold, as
+// a broker that blocks its publishers (a memory or disk alarm) or
+// withholds confirms would. Close releases whatever it holds.
+type stallConn struct {
+	net.Conn
+	mu       sync.Mutex
+	stallR   bool
+	stallW   bool
+	released chan struct{} // closed by release or Close
+	closed   atomic.Bool
+}
+
+func newStallConn(c net.Conn) *stallConn {
+	return &stallConn{Conn: c, released: make(chan struct{})}
+}
+
+func (c *stallConn) hold(reads, writes bool) {
+	c.mu.Lock()
+	c.stallR, c.stallW = reads, writes
+	c.released = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *stallConn) release() {
+	c.mu.Lock()
+	c.stallR, c.stallW = false, false
+	close(c.released)
+	c.mu.Unlock()
+}
+
+func (c *stallConn) wait(reads bool) error {
+	c.mu.Lock()
+	held := (reads && c.stallR) || (!reads && c.stallW)
+	ch := c.released
+	c.mu.Unlock()
+	if held {
+		<-ch
+	}
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	return nil
+}
+
+func (c *stallConn) Read(p []byte) (int, error) {
+	if err := c.wait(true); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	if err := c.wait(false); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *stallConn) Close() error {
+	if !c.closed.Swap(true) {
+		c.mu.Lock()
+		select {
+		case <-c.released:
+		default:
+			close(c.released)
+		}
+		c.mu.Unlock()
+	}
+	return c.Conn.Close()
+}
+
+// stallingDest is a destination whose connections are stallConns; last
+// returns the newest.
+func stallingDest(t *testing.T, opts amqp.Options) (d *amqp.Destination, last func() *stallConn) {
+	t.Helper()
+	var mu sync.Mutex
+	var conns []*stallConn
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		sc := newStallConn(c)
+		mu.Lock()
+		conns = append(conns, sc)
+		mu.Unlock()
+		return sc, nil
+	}
+	d, err := amqp.NewWithDial(testenv.Context(t, 10*time.Second), opts, nil, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d, func() *stallConn {
+		mu.Lock()
+		defer mu.Unlock()
+		return conns[len(conns)-1]
+	}
+}
+
+// A broker that withholds confirms: the batch fails as unavailable once
+// ConfirmTimeout has passed, though ctx has not ended, and the destination
+// publishes again once the broker answers.
+func TestWithheldConfirmsEndAtConfirmTimeout(t *testing.T) {
+	t.Parallel()
+	url := testenv.AMQPURL(t)
+	adm := testenv.NewAMQPAdmin(t, url)
+	ex := testenv.AMQPName(t, "withheld")
+	adm.Exchange(ex, "topic")
+	q := adm.Queue("q", ex, "#")
+	d, last := stallingDest(t, amqp.Options{Name: "withheld", URL: url, Exchange: ex, ConfirmTimeout: 300 * time.Millisecond})
+	ctx := testenv.Context(t, 30*time.Second)
+	if err := d.Publish(ctx, []outbox.Message{msg(0, "t", "")}); err != nil {
+		t.Fatalf("first Publish: %v", err)
+	}
+	conn := last()
+	conn.hold(true, false) // the publishes go out, no confirm comes back
+	// (A read already under way when the hold began may still bring one
+	// frame: at least the last messages go unconfirmed.)
+	batch := []outbox.Message{msg(1, "t", ""), msg(2, "t", ""), msg(3, "t", "")}
+	start := time.Now()
+	failed := failures(t, d.Publish(ctx, batch), len(batch))
+	t.Logf("Publish while confirms are withheld returned after %v: %d of %d failed", time.Since(start), failed, len(batch))
+	if failed == 0 {
+		t.Fatal("every message was reported confirmed while the broker withheld confirms")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the test's context ended: the Publish was not bounded by ConfirmTimeout")
+	}
+	conn.release()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return d.Publish(ctx, []outbox.Message{msg(4, "t", "")}) == nil
+	}, "no Publish succeeded once the broker answered again")
+	// The withheld messages may have reached the queue (they were written);
+	// the engine retries them with the same ids, which consumers dedupe.
+	if got := adm.Count(q); got < 2 {
+		t.Errorf("queue holds %d messages, want at least the first and the last", got)
+	}
+}
+
+// failures checks that every failure of a Publish is the unavailable
+// "no publisher confirm within" error, and returns how many messages failed.
+func failures(t *testing.T, err error, n int) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	errs := []error{}
+	var be *destination.BatchError
+	if errors.As(err, &be) {
+		errs = be.Errs
+	} else {
+		for range n {
+			errs = append(errs, err) // the whole batch failed alike
+		}
+	}
+	failed := 0
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		failed++
+		if !outbox.IsUnavailable(e) || !strings.Contains(e.Error(), "no publisher confirm within 300ms") {
+			t.Errorf("failure %v, want unavailable: no publisher confirm within 300ms", e)
+		}
+	}
+	return failed
+}
+
+// A broker that blocks its publishers (TCP backpressure during a memory or
+// disk alarm): the write never returns and amqp091 does not watch ctx
+// during it. ConfirmTimeout closes the socket, the batch fails as
+// unavailable, and the next Publish dials again.
+func TestBlockedWriteEndsAtConfirmTimeout(t *testing.T) {
+	t.Parallel()
+	url := testenv.AMQPURL(t)
+	adm := testenv.NewAMQPAdmin(t, url)
+	ex := testenv.AMQPName(t, "blocked")
+	adm.Exchange(ex, "topic")
+	adm.Queue("q", ex, "#")
+	d, last := stallingDest(t, amqp.Options{Name: "blocked", URL: url, Exchange: ex, ConfirmTimeout: 300 * time.Millisecond})
+	ctx := testenv.Context(t, 30*time.Second)
+	if err := d.Publish(ctx, []outbox.Message{msg(0, "t", "")}); err != nil {
+		t.Fatalf("first Publish: %v", err)
+	}
+	first := last()
+	first.hold(false, true)
+	batch := []outbox.Message{msg(1, "t", ""), msg(2, "t", "")}
+	if failed := failures(t, d.Publish(ctx, batch), len(batch)); failed != len(batch) {
+		t.Fatalf("%d of %d messages failed on a blocked connection, want all", failed, len(batch))
+	}
+	if !first.closed.Load() {
+		t.Error("the blocked connection's socket was not closed")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return d.Publish(ctx, []outbox.Message{msg(3, "t", "")}) == nil
+	}, "no Publish succeeded after the blocked connection was closed")
+	if last() == first {
+		t.Error("the destination did not dial again")
+	}
+}
+
+// Many nacks in one batch wait for the channel's close reason once, not
+// once per message (250 ms each: a full queue made a batch of 1,000 take
+// minutes).
+func TestManyNacksWaitForTheCloseReasonOnce(t *testing.T) {
+	t.Parallel()
+	url := testenv.AMQPURL(t)
+	adm := testenv.NewAMQPAdmin(t, url)
+	ex := testenv.AMQPName(t, "nacks")
+	adm.Exchange(ex, "direct")
+	adm.QueueArgs("q", ex, "full", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	d := newDest(t, amqp.Options{URL: url, Exchange: ex, RoutingKey: "full"})
+	var waits atomic.Int32
+	amqp.SetWaitClose(d, func(dead <-chan struct{}) {
+		waits.Add(1)
+		select {
+		case <-dead:
+		case <-time.After(10 * time.Millisecond):
+		}
+	})
+	msgs := make([]outbox.Message, 20)
+	for i := range msgs {
+		msgs[i] = msg(i, "t", "")
+	}
+	err := d.Publish(testenv.Context(t, 20*time.Second), msgs)
+	var be *destination.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("Publish = %v, want a *BatchError", err)
+	}
+	nacked := 0
+	for _, e := range be.Errs {
+		if e != nil {
+			if !outbox.IsRetryable(e) || outbox.IsUnavailable(e) {
+				t.Errorf("nacked message: %v, want retryable and not unavailable", e)
+			}
+			nacked++
+		}
+	}
+	if nacked != 19 {
+		t.Errorf("%d messages nacked, want 19", nacked)
+	}
+	if n := waits.Load(); n != 1 {
+		t.Errorf("waited for the close reason %d times in one batch, want 1", n)
+	}
+}
