@@ -18,17 +18,19 @@ import (
 //
 //   - Permanent (the row goes dead with the reason): MessageSizeTooLarge,
 //     RecordListTooLarge, InvalidRecord, UnsupportedForMessageFormat,
-//     InvalidTopic, TopicAuthorizationFailed, and a record refused by the
-//     client because it is larger than BatchBytes.
+//     InvalidTopic, and a record refused by the client because it is
+//     larger than BatchBytes.
 //   - Unavailable (the cluster as a whole is unreachable or refuses us; the
 //     engine pauses the destination instead of spending attempts): network
 //     errors (connection refused, reset, timeouts, DNS, EOF), SASL
 //     authentication failures and ClusterAuthorizationFailed.
 //   - Retryable, everything else, including every code kafka-go reports as
 //     Temporary (leader elections, NotEnoughReplicas, request timeouts) and
-//     UnknownTopicOrPartition. A missing topic is a configuration problem
-//     (create the topic, or set createTopics); it is retried, with a clear
-//     message, so that rows do not die while someone fixes it.
+//     UnknownTopicOrPartition and TopicAuthorizationFailed. A missing
+//     topic, or a topic the relay may not write to yet (its ACL not granted),
+//     is a configuration problem, not a property of the row: it is retried
+//     with backoff and a clear message, so that rows keep their remaining
+//     attempts for the time someone takes to fix it.
 //
 // Classify(nil) is nil.
 func Classify(err error) error {
@@ -49,13 +51,15 @@ func Classify(err error) error {
 	if errors.As(err, &kerr) {
 		switch kerr {
 		case kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge, kafkago.InvalidRecord,
-			kafkago.UnsupportedForMessageFormat, kafkago.InvalidTopic, kafkago.TopicAuthorizationFailed:
+			kafkago.UnsupportedForMessageFormat, kafkago.InvalidTopic:
 			return outbox.Permanent(fmt.Errorf("kafka: %w", err))
 		case kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState,
 			kafkago.ClusterAuthorizationFailed:
 			return outbox.Unavailable(fmt.Errorf("kafka: %w", err))
 		case kafkago.UnknownTopicOrPartition:
 			return fmt.Errorf("kafka: topic does not exist (create it, or set createTopics: true): %w", err)
+		case kafkago.TopicAuthorizationFailed:
+			return fmt.Errorf("kafka: not authorized to write to the topic (grant the relay's principal WRITE on it): %w", err)
 		}
 		return fmt.Errorf("kafka: %w", err)
 	}

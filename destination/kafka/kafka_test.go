@@ -384,7 +384,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{kafkago.MessageSizeTooLarge, true, false},
 		{kafkago.WriteErrors{kafkago.MessageSizeTooLarge}[0], true, false},
-		{fmt.Errorf("wrapped: %w", kafkago.TopicAuthorizationFailed), true, false},
+		{fmt.Errorf("wrapped: %w", kafkago.TopicAuthorizationFailed), false, false},
 		{kafkago.InvalidTopic, true, false},
 		{kafkago.MessageTooLargeError{}, true, false},
 		{kafkago.UnknownTopicOrPartition, false, false},
