@@ -44,6 +44,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/outbox"
 	"github.com/queuebox/queuebox/router"
@@ -358,7 +360,10 @@ func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
 func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
 	for k, v := range m.Headers {
 		ck := http.CanonicalHeaderKey(k)
-		if reservedHeaders[ck] || d.headers.Get(ck) != "" || strings.ContainsAny(k, " :\r\n") {
+		// A name or value that HTTP cannot carry (net/http refuses the
+		// whole request for it, and every retry would fail alike) is left
+		// out, like the reserved ones.
+		if reservedHeaders[ck] || d.headers.Get(ck) != "" || !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
 			continue
 		}
 		h.Set(ck, v)
@@ -445,8 +450,11 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
+	// A delay of zero or less (or a date already past, a clock skew away)
+	// is no hint: honoured, it would spend the row's attempts back to
+	// back. The relay's own backoff applies instead.
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
+		if n <= 0 {
 			return 0, false
 		}
 		if n > int64(365*24*time.Hour/time.Second) {
@@ -455,7 +463,9 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 		return time.Duration(n) * time.Second, true
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
+		if d := t.Sub(now); d > 0 {
+			return d, true
+		}
 	}
 	return 0, false
 }

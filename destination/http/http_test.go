@@ -130,13 +130,20 @@ func msg() outbox.Message {
 // returns the message's outcome.
 func publishOne(t *testing.T, o httpdest.Options, h http.HandlerFunc) error {
 	t.Helper()
+	return publishOneMsg(t, o, msg(), h)
+}
+
+// publishOneMsg publishes m to a test server answering with h and returns
+// m's outcome.
+func publishOneMsg(t *testing.T, o httpdest.Options, m outbox.Message, h http.HandlerFunc) error {
+	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	if o.URL == "" {
 		o.URL = srv.URL + "/hook"
 	}
 	d := newDest(t, o)
-	err := d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{msg()})
+	err := d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{m})
 	return destination.ErrorAt(err, 0)
 }
 
@@ -211,6 +218,44 @@ func TestRetryAfter(t *testing.T) {
 	})
 	if _, ok := outbox.RetryDelay(err); ok || err == nil {
 		t.Errorf("unparsable Retry-After: want a plain retryable error, got %v", err)
+	}
+
+	// Zero, or a date already past (clock skew), is no hint: taken as one,
+	// the row would spend its attempts back to back.
+	for _, v := range []string{"0", time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)} {
+		err = publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", v)
+			w.WriteHeader(503)
+		})
+		if _, ok := outbox.RetryDelay(err); ok || err == nil || !outbox.IsRetryable(err) {
+			t.Errorf("Retry-After: %s: want a plain retryable error (the relay's backoff), got %v", v, err)
+		}
+	}
+}
+
+// A row header HTTP cannot carry (a name with a character outside the
+// token set, a value with a line break) is left out; the request goes, with
+// the row's other headers.
+func TestRowHeadersHTTPCannotCarryAreLeftOut(t *testing.T) {
+	t.Parallel()
+	var got http.Header
+	err := publishOneMsg(t, httpdest.Options{}, outbox.Message{
+		ID: "5f0c6f0e-8a53-4d47-9a4e-2a7f6a3e9b11", Topic: "t", Payload: []byte(`{}`),
+		Headers: map[string]string{"X-Good": "yes", "X-(Bad)": "name", "X-Café": "name", "X-Split": "a\r\nInjected: 1", "X-Nul": "a\x00b"},
+	}, func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		w.WriteHeader(204)
+	})
+	if err != nil {
+		t.Fatalf("Publish = %v, want the request sent without the bad headers", err)
+	}
+	if got.Get("X-Good") != "yes" {
+		t.Errorf("X-Good = %q, want yes", got.Get("X-Good"))
+	}
+	for _, k := range []string{"X-(Bad)", "X-Café", "X-Split", "Injected", "X-Nul"} {
+		if v, ok := got[http.CanonicalHeaderKey(k)]; ok {
+			t.Errorf("header %s = %q arrived, want it left out", k, v)
+		}
 	}
 }
 
