@@ -60,17 +60,19 @@ func (e *BatchError) Error() string {
 }
 
 // ErrorAt returns the outcome of message i of a batch whose Publish returned
-// err: nil when it was accepted.
+// err: nil when it was accepted. A *BatchError that has no entry for i (an
+// adapter's mistake) reports i failed, retryably: a message is never taken
+// as sent without an answer for it.
 func ErrorAt(err error, i int) error {
 	if err == nil {
 		return nil
 	}
 	var be *BatchError
 	if errors.As(err, &be) {
-		if i < len(be.Errs) {
+		if i >= 0 && i < len(be.Errs) {
 			return be.Errs[i]
 		}
-		return nil
+		return fmt.Errorf("destination: no outcome for message %d of the batch (the batch error has %d)", i, len(be.Errs))
 	}
 	return err
 }

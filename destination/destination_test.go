@@ -1,0 +1,42 @@
+package destination_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+func TestErrorAt(t *testing.T) {
+	refused := errors.New("refused")
+	whole := outbox.Unavailable(errors.New("down"))
+	batch := destination.NewBatchError([]error{nil, refused})
+	for _, c := range []struct {
+		name string
+		err  error
+		i    int
+		sent bool
+		want error
+	}{
+		{"no error", nil, 3, true, nil},
+		{"whole batch failed", whole, 1, false, whole},
+		{"accepted in a batch error", batch, 0, true, nil},
+		{"failed in a batch error", batch, 1, false, refused},
+		// An adapter that answered for fewer messages than it was given:
+		// the others are not sent.
+		{"missing from a batch error", batch, 2, false, nil},
+		{"negative index", batch, -1, false, nil},
+	} {
+		got := destination.ErrorAt(c.err, c.i)
+		if (got == nil) != c.sent {
+			t.Errorf("%s: ErrorAt = %v, sent %v; want sent %v", c.name, got, got == nil, c.sent)
+		}
+		if c.want != nil && !errors.Is(got, c.want) {
+			t.Errorf("%s: ErrorAt = %v, want %v", c.name, got, c.want)
+		}
+		if got != nil && !outbox.IsRetryable(got) {
+			t.Errorf("%s: ErrorAt = %v, want retryable", c.name, got)
+		}
+	}
+}
