@@ -52,7 +52,7 @@ func openPostgresDialect(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapp
 	if len(plan.Problems) > 0 {
 		return nil, &plan, &schemaError{table: m.Table(func(s string) string { return s }), plan: plan}
 	}
-	opts := []postgres.Option{postgres.WithHoldDeadKeys(hold), postgres.WithIDType(plan.IDType), postgres.WithUniqueID(plan.IDUnique),
+	opts := []postgres.Option{postgres.WithHoldDeadKeys(hold), postgres.WithIDType(plan.IDType), postgres.WithUniqueID(plan.IDUnique), postgres.WithLastErrorLength(plan.LastErrorLen),
 		postgres.WithTableClaimTurns(cfg.Relay.ClaimTurns != "replica")}
 	if plan.Mode == postgres.ModeLock {
 		lockTimeout := cfg.Relay.LockTimeout.D()

@@ -301,3 +301,67 @@ func hasNote(notes []string, parts ...string) bool {
 	}
 	return false
 }
+
+// TestShortLastErrorColumnTakesCutErrors: an adopted table whose lastError
+// column is a VARCHAR(n) shorter than the relay's error texts (up to 1,024
+// characters). The table check reports its length, and the retry and dead
+// statements cut their texts to it: before, PostgreSQL refused them (22001,
+// value too long), the rows were never settled, and they went round again
+// at every lease expiry (lock mode: at once) without spending an attempt.
+func TestShortLastErrorColumnTakesCutErrors(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN last_error TYPE VARCHAR(40)`)
+	plan := resolve(t, ctx, pg.Pool)
+	if plan.LastErrorLen != 40 {
+		t.Fatalf("LastErrorLen = %d, want 40", plan.LastErrorLen)
+	}
+	if !hasNote(plan.Notes, "last_error", "at most 40 characters") {
+		t.Errorf("no note on the short last_error column: %v", plan.Notes)
+	}
+	long := strings.Repeat("é", 300) // characters, not bytes, are what VARCHAR(n) counts
+	for _, mode := range []string{postgres.ModeLease, postgres.ModeLock} {
+		t.Run(mode, func(t *testing.T) {
+			pg.MustExec(t, ctx, `TRUNCATE outbox`)
+			pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 't', '{}' FROM generate_series(1, 2)`)
+			opt := postgres.WithLastErrorLength(plan.LastErrorLen)
+			var d dialect.Dialect
+			var err error
+			if mode == postgres.ModeLock {
+				d, err = postgres.NewLockMode(pg.Pool, dialect.DefaultMapping(), time.Minute, opt)
+			} else {
+				d, err = postgres.New(pg.Pool, dialect.DefaultMapping(), opt)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			token := "6f1c1a5e-0000-4000-8000-0000000000bb"
+			msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 10, Lease: time.Minute})
+			if err != nil || len(msgs) != 2 {
+				t.Fatalf("Claim = %d rows, %v; want 2", len(msgs), err)
+			}
+			n, err := d.Retry(ctx, dialect.RetryParams{Token: token, Items: []dialect.RetryItem{{ID: msgs[0].ID, Attempt: 1, Delay: time.Minute, Error: long}}})
+			if err != nil || n != 1 {
+				t.Fatalf("Retry with a %d-character error = %d, %v; want 1 row", len([]rune(long)), n, err)
+			}
+			n, err = d.Dead(ctx, dialect.DeadParams{Token: token, Items: []dialect.DeadItem{{ID: msgs[1].ID, Attempt: 1, Error: long}}})
+			if err != nil || n != 1 {
+				t.Fatalf("Dead with a %d-character error = %d, %v; want 1 row", len([]rune(long)), n, err)
+			}
+			if c, ok := d.(dialect.BatchCommitter); ok {
+				if err := c.Commit(ctx, token); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var states, lens string
+			if err := pg.Pool.QueryRow(ctx, `SELECT string_agg(state, ',' ORDER BY state), string_agg(char_length(last_error)::text, ',')
+				FROM outbox`).Scan(&states, &lens); err != nil {
+				t.Fatal(err)
+			}
+			if states != "dead,pending" || lens != "40,40" {
+				t.Errorf("rows %s with errors of %s characters, want dead,pending with 40,40", states, lens)
+			}
+		})
+	}
+}

@@ -59,6 +59,7 @@ type options struct {
 	// across every relay on the table.
 	replicaTurns bool
 	uniqueID     bool // WithUniqueID
+	lastErrorLen int  // WithLastErrorLength; 0: unbounded
 }
 
 // WithUniqueID tells the dialect that the id column has a unique index (a
@@ -71,6 +72,14 @@ type options struct {
 // covers) the UPDATE's join on id can reach rows the scan never tested, and
 // the repeated probe keeps a second row of a key out of the batch.
 func WithUniqueID(unique bool) Option { return func(o *options) { o.uniqueID = unique } }
+
+// WithLastErrorLength tells the dialect that the lastError column holds at
+// most n characters (a VARCHAR(n); ResolveTable's TablePlan.LastErrorLen).
+// The retry and dead statements then cut their error texts to n characters:
+// a longer one made PostgreSQL refuse the statement (22001), so the row
+// was never settled, and it went round again at every lease expiry without
+// spending an attempt. 0 (the default): the column takes any length.
+func WithLastErrorLength(n int) Option { return func(o *options) { o.lastErrorLen = max(n, 0) } }
 
 // WithTableClaimTurns sets whether the claims of every relay on the table
 // take turns (true, the default; relay.claimTurns: table) or only the claims

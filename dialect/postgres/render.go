@@ -35,6 +35,8 @@ func WithIDType(typ string) Option { return func(o *options) { o.idType = typ } 
 //	state "s"  the quoted stored value of logical state s (NULL for an absent
 //	           processing value: it matches no row)
 //	ids "$n"   parameter $n, a text array, cast to an array of the id type
+//	errorText "x"  expression x (an error text) cut to the lastError
+//	           column's length (WithLastErrorLength), or x
 //	idType     the id column's SQL type
 //	alias "c"  the argument of the shared template headOfKey (head_of_key.tmpl) for
 //	           table alias c
@@ -65,7 +67,14 @@ func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 			}
 			return quoteLiteral(v), nil
 		},
-		"ids":    func(param string) string { return param + "::text[]::" + idType + "[]" },
+		"ids": func(param string) string { return param + "::text[]::" + idType + "[]" },
+		// errorText is an error text as the lastError column can hold it.
+		"errorText": func(expr string) string {
+			if o.lastErrorLen > 0 {
+				return fmt.Sprintf("left(%s, %d)", expr, o.lastErrorLen)
+			}
+			return expr
+		},
 		"idType": func() string { return idType },
 		"alias": func(a string) partialArgs {
 			return partialArgs{A: a, Table: m.Table(QuoteIdent), Hold: o.hold}

@@ -56,14 +56,18 @@ type TablePlan struct {
 	// IDUnique: a valid unique index on the id column alone (a primary key
 	// is one); pass it to WithUniqueID.
 	IDUnique bool
-	Notes    []string                // informational: columns absent and what that changes
-	Problems []dialect.SchemaProblem // each one stops check and run
-	Advice   []dialect.SchemaProblem // not errors: DDL that would enable more
+	// LastErrorLen is the lastError column's maximum length in characters
+	// (a VARCHAR(n)); 0 when it has none. Pass it to WithLastErrorLength.
+	LastErrorLen int
+	Notes        []string                // informational: columns absent and what that changes
+	Problems     []dialect.SchemaProblem // each one stops check and run
+	Advice       []dialect.SchemaProblem // not errors: DDL that would enable more
 }
 
 type catalogColumn struct {
 	dataType string
 	nullable bool
+	maxLen   int // character_maximum_length; 0 when unbounded
 }
 
 // ResolveTable reads the table's columns from the catalog and decides how
@@ -87,7 +91,7 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		schemaExpr = "$2"
 		args = append(args, m.Schema())
 	}
-	rows, err := pool.Query(ctx, `SELECT column_name, data_type, is_nullable = 'YES' FROM information_schema.columns
+	rows, err := pool.Query(ctx, `SELECT column_name, data_type, is_nullable = 'YES', COALESCE(character_maximum_length, 0) FROM information_schema.columns
 		WHERE table_name = $1 AND table_schema = `+schemaExpr, args...)
 	if err != nil {
 		return plan, interpretError("check schema", err)
@@ -96,11 +100,12 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 	for rows.Next() {
 		var name, typ string
 		var nullable bool
-		if err := rows.Scan(&name, &typ, &nullable); err != nil {
+		var maxLen int32
+		if err := rows.Scan(&name, &typ, &nullable, &maxLen); err != nil {
 			rows.Close()
 			return plan, interpretError("check schema", err)
 		}
-		cols[name] = catalogColumn{typ, nullable}
+		cols[name] = catalogColumn{typ, nullable, int(maxLen)}
 	}
 	if err := rows.Err(); err != nil {
 		return plan, interpretError("check schema", err)
@@ -167,6 +172,10 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
 				What: fmt.Sprintf("column %s (%s) has type %s; want %s", phys, l, c.dataType, strings.Join(spec.types, " or ")),
 				Fix:  fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s;", table, QuoteIdent(phys), strings.Fields(spec.ddl)[0], QuoteIdent(phys), strings.Fields(spec.ddl)[0])})
+		case l == dialect.ColLastError && c.maxLen > 0:
+			plan.LastErrorLen = c.maxLen
+			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (lastError) holds at most %d characters: the relay cuts its error texts (up to 1,024 characters) to that length; ALTER TABLE %s ALTER COLUMN %s TYPE TEXT keeps them whole",
+				phys, c.maxLen, table, QuoteIdent(phys)))
 		}
 	}
 	// A NULL id or sequence is a row the relay cannot handle: it cannot be

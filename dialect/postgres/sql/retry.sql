@@ -13,7 +13,7 @@ SET {{ col "claimToken" }} = NULL,
     {{ col "scheduledAt" }} = now() + r.delay_us * interval '1 microsecond',
 {{- end }}
 {{- if has "lastError" }}
-    {{ col "lastError" }} = r.error,
+    {{ col "lastError" }} = {{ errorText "r.error" }},
 {{- end }}
 {{- if has "updatedAt" }}
     {{ col "updatedAt" }} = now(),

@@ -6,7 +6,7 @@ SET
     {{ col "attempt" }} = d.attempt,
 {{- end }}
 {{- if has "lastError" }}
-    {{ col "lastError" }} = d.error,
+    {{ col "lastError" }} = {{ errorText "d.error" }},
 {{- end }}
 {{- if .Hold }}
     {{ col "heldAt" }} = CASE WHEN o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = '' THEN NULL ELSE now() END,

@@ -10,7 +10,7 @@ SET
     {{ col "scheduledAt" }} = now() + r.delay_us * interval '1 microsecond',
 {{- end }}
 {{- if has "lastError" }}
-    {{ col "lastError" }} = r.error,
+    {{ col "lastError" }} = {{ errorText "r.error" }},
 {{- end }}
 {{- if has "updatedAt" }}
     {{ col "updatedAt" }} = now(),
