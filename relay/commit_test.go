@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,7 +84,7 @@ func TestLockModeReportsOnlyCommittedOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, _, err := e.runBatch(context.Background(), e.log, false)
+		n, _, _, err := e.runBatch(context.Background(), e.log, false)
 		if err != nil || n != 2 {
 			t.Fatalf("runBatch = %d, %v", n, err)
 		}
@@ -122,7 +123,7 @@ func TestOnlyAWholeDestinationFailureDefersRows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := e.runBatch(context.Background(), e.log, false); err != nil {
+		if _, _, _, err := e.runBatch(context.Background(), e.log, false); err != nil {
 			t.Fatal(err)
 		}
 		var b *dialect.RetryItem
@@ -162,7 +163,7 @@ func TestSkippedPollIsAnEmptyClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, full, err := e.runBatch(context.Background(), e.log, true)
+	n, full, _, err := e.runBatch(context.Background(), e.log, true)
 	if n != 0 || full || err != nil {
 		t.Fatalf("skipped poll: runBatch = %d, %v, %v; want an empty claim without error", n, full, err)
 	}
@@ -171,7 +172,7 @@ func TestSkippedPollIsAnEmptyClaim(t *testing.T) {
 	}
 	// Not a poll: the windowed claim, then (it was empty and nothing is in
 	// flight) the policy's unbounded one.
-	if _, _, err := e.runBatch(context.Background(), e.log, false); err != nil {
+	if _, _, _, err := e.runBatch(context.Background(), e.log, false); err != nil {
 		t.Fatal(err)
 	}
 	if db.polls != 1 || db.claims != 2 {
@@ -179,5 +180,78 @@ func TestSkippedPollIsAnEmptyClaim(t *testing.T) {
 	}
 	if e.policy.claimLimit() != 10 || !e.policy.wakeSiblings() {
 		t.Fatal("a skipped poll changed the claim policy")
+	}
+}
+
+// TestAllDeferredBatchPausesTheWorker: a batch whose every row was deferred
+// (its destination down) makes the worker wait before its next claim; a
+// batch with any row of its own failure, or delivered, does not.
+func TestAllDeferredBatchPausesTheWorker(t *testing.T) {
+	opt := Options{Lease: time.Second, PollInterval: 20 * time.Millisecond, MaxPollInterval: 300 * time.Millisecond}
+	for _, tc := range []struct {
+		all  bool
+		want time.Duration
+	}{{true, 300 * time.Millisecond}, {false, 0}} {
+		db := &lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", MaxAttempts: 5}, {ID: "b", Topic: "t", MaxAttempts: 5}}}
+		e, err := New(db, toDest{}, map[string]destination.Destination{"d": partlyDown{all: tc.all}}, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, pause, err := e.runBatch(context.Background(), e.log, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Backoff.Base (1s) is the deferral; the pause is capped at
+		// MaxPollInterval.
+		if pause != tc.want {
+			t.Errorf("every row deferred = %v: pause %v, want %v", tc.all, pause, tc.want)
+		}
+	}
+	// A lock-mode batch whose commit failed is due again at once: pause.
+	db := &lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t"}}, commitErr: errors.New("connection reset")}
+	e, err := New(db, toDest{}, map[string]destination.Destination{"d": acceptAll{}}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, pause, _ := e.runBatch(context.Background(), e.log, false); pause != 300*time.Millisecond {
+		t.Errorf("failed commit: pause %v, want 300ms", pause)
+	}
+}
+
+// sameRows is a table without a scheduledAt column: a deferred row is due
+// again at once, so every claim returns it.
+type sameRows struct {
+	lockDialect
+	claims atomic.Int64
+}
+
+func (d *sameRows) Claim(context.Context, dialect.ClaimParams) ([]outbox.Message, error) {
+	d.claims.Add(1)
+	return []outbox.Message{{ID: "a", Topic: "t", MaxAttempts: 5}}, nil
+}
+func (d *sameRows) Retry(_ context.Context, p dialect.RetryParams) (int64, error) {
+	return int64(len(p.Items)), nil
+}
+
+type leaseMode struct{ dialect.Dialect } // hides lockDialect's Commit
+
+// TestDestinationDownDoesNotSpinWithoutScheduledAt: with the destination
+// down and a table that cannot hold deferred rows back, the workers pause
+// between claims instead of claiming the same row again at once (before:
+// thousands of claims a second for the whole outage).
+func TestDestinationDownDoesNotSpinWithoutScheduledAt(t *testing.T) {
+	db := &sameRows{}
+	e, err := New(leaseMode{db}, toDest{}, map[string]destination.Destination{"d": partlyDown{all: true}},
+		Options{Lease: time.Second, PollInterval: 20 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond, InflightBatches: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_ = e.Run(ctx)
+	// Two workers, a pause of 100ms after each claim: about ten claims in
+	// 500ms. Without the pause there were thousands.
+	if n := db.claims.Load(); n < 2 || n > 30 {
+		t.Errorf("%d claims in 500ms with the destination down, want 2 to 30", n)
 	}
 }

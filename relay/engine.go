@@ -224,8 +224,16 @@ func (e *Engine) worker(ctx context.Context, id int) {
 		// A claim right after a fresh arming is not a poll: a poll may skip
 		// while another relay claims, and this one must see the rows of
 		// producers that did not notify.
-		n, full, err := e.runBatch(ctx, log, empty > 0 && !armed)
+		n, full, pause, err := e.runBatch(ctx, log, empty > 0 && !armed)
 		armed = false
+		if pause > 0 {
+			// Every row of the batch was deferred: its destination is
+			// down. Claiming again at once would take the same rows on a
+			// table that cannot hold them back (no scheduledAt).
+			if !sleep(ctx, nil, pause) && ctx.Err() != nil {
+				return
+			}
+		}
 		switch {
 		case err != nil:
 			empty++
@@ -336,11 +344,13 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) bool {
 // poll marks a claim after an empty one that nothing woke since
 // (dialect.ClaimParams.Poll): it skips, as an empty claim, when another
 // relay's claim holds the table's claim turn.
-func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, poll bool) (n int, full bool, err error) {
+//
+// pause is settle's: how long to wait before the next claim.
+func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, poll bool) (n int, full bool, pause time.Duration, err error) {
 	// The claims of one engine take turns (claimPolicy.turn); shutdown
 	// ends the wait.
 	if !e.policy.takeTurn(ctx.Done()) {
-		return 0, false, nil
+		return 0, false, 0, nil
 	}
 	token := uuid.NewString()
 	start := time.Now()
@@ -354,22 +364,22 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, poll bool) (n i
 	cancel()
 	e.policy.releaseTurn()
 	if errors.Is(err, dialect.ErrClaimTurnBusy) {
-		return 0, false, nil // a skipped poll: it ran nothing and teaches nothing
+		return 0, false, 0, nil // a skipped poll: it ran nothing and teaches nothing
 	}
 	if err == nil {
 		e.policy.claimed(len(msgs), limit, siblings)
 	}
 	e.obs.Claimed(len(msgs), limit, time.Since(start), err)
 	if err != nil {
-		return 0, false, fmt.Errorf("claim: %w", err)
+		return 0, false, 0, fmt.Errorf("claim: %w", err)
 	}
 	if len(msgs) == 0 {
-		return 0, false, nil
+		return 0, false, 0, nil
 	}
 	e.policy.inflight.Add(1)
 	defer e.policy.inflight.Add(-1)
-	e.deliver(ctx, log, token, msgs)
-	return len(msgs), len(msgs) >= limit, nil
+	pause = e.deliver(ctx, log, token, msgs)
+	return len(msgs), len(msgs) >= limit, pause, nil
 }
 
 // outcome is what happened to one claimed row.
@@ -383,8 +393,9 @@ type outcome struct {
 	deferred bool
 }
 
-// deliver routes, publishes and settles one claimed batch.
-func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, msgs []outbox.Message) {
+// deliver routes, publishes and settles one claimed batch, and returns
+// settle's pause.
+func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, msgs []outbox.Message) (pause time.Duration) {
 	// Publishing continues past ctx's end until the shutdown deadline, so
 	// that a SIGTERM finishes the batch instead of abandoning it.
 	pubCtx, cancelPub := e.shutdownContext(ctx)
@@ -434,7 +445,7 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 	// Rows whose publish was cut short by shutdown go back to pending
 	// without spending an attempt.
 	shutdownCut := ctx.Err() != nil && pubCtx.Err() != nil
-	report := e.settle(log, token, outcomes, shutdownCut)
+	report, pause := e.settle(log, token, outcomes, shutdownCut)
 	if c, ok := e.db.(dialect.BatchCommitter); ok {
 		// Lock mode: the settling writes become visible only now.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
@@ -443,10 +454,13 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 		if err != nil {
 			log.Error("batch not committed: its rows stay pending and are delivered again (same ids)", "token", token, "rows", len(msgs), "err", err)
 			report(false)
-			return
+			// The rows are due again at once: claiming them again without
+			// a pause would repeat whatever failed as fast as it fails.
+			return min(max(e.opt.Backoff.Base, e.opt.PollInterval), e.opt.MaxPollInterval)
 		}
 	}
 	report(true)
+	return pause
 }
 
 // shutdownContext returns a context that ends ShutdownTimeout after ctx

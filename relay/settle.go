@@ -34,7 +34,14 @@ const maxErrorLen = 1024
 // which case failed rows are released rather than retried. It returns the
 // function that reports the outcomes to the observer, to be called once
 // they are durable.
-func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) (report func(committed bool)) {
+//
+// pause is how long the worker should wait before its next claim: when every
+// row of the batch was deferred (its destination unavailable), the shortest
+// deferral, at most MaxPollInterval; otherwise 0. A table without a
+// scheduledAt column cannot hold the rows back, so without the pause the
+// worker claimed the same rows again at once, for as long as the outage
+// lasted (thousands of claims a second).
+func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) (report func(committed bool), pause time.Duration) {
 	var (
 		sent    []string
 		sentBy  = map[string]int{}
@@ -42,6 +49,8 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		retryBy = map[string]int{}
 		// deferredBy counts rows whose destination was unavailable.
 		deferredBy = map[string]int{}
+		deferred   int
+		minDefer   time.Duration
 		deads      []dialect.DeadItem
 		deadBy     = map[string]int{}
 		released   []string
@@ -79,6 +88,10 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			}
 			retries = append(retries, dialect.RetryItem{ID: m.ID, Attempt: m.Attempt, Delay: delay, Error: reason})
 			deferredBy[o.dest]++
+			if deferred == 0 || delay < minDefer {
+				minDefer = delay
+			}
+			deferred++
 			if firstRetry[o.dest] == "" {
 				firstRetry[o.dest] = reason
 			}
@@ -127,13 +140,16 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 	// The outcomes are reported once the caller knows they are durable:
 	// at once in lease mode, after the batch transaction commits in lock
 	// mode (a batch that does not commit goes back to pending: released).
+	if deferred > 0 && deferred == len(outcomes) {
+		pause = min(max(minDefer, e.opt.PollInterval), e.opt.MaxPollInterval)
+	}
 	return func(committed bool) {
 		if !committed {
 			e.obs.Settled("", OutcomeReleased, len(outcomes))
 			return
 		}
 		e.report(log, sentBy, retryBy, deferredBy, deadBy, len(released), firstRetry)
-	}
+	}, pause
 }
 
 // report sends the outcome counts of one settled batch to the observer
