@@ -359,3 +359,40 @@ func TestTurnClaimTurnErrorIsTheTurns(t *testing.T) {
 		t.Fatalf("claim after the turn's error: %d rows, %v; want the row", len(msgs), err)
 	}
 }
+
+// TestLeaseStartsAfterTheTurnWait: a claim that waited for the claim turn
+// gets its whole lease from the moment it claims. now() is the start of the
+// claim's transaction, before the wait, so a lease of now() + lease lost the
+// wait: a claim that waited most of a lease for the turn held its rows for
+// the rest only, and they could be reclaimed while the first relay was
+// still publishing them.
+func TestLeaseStartsAfterTheTurnWait(t *testing.T) {
+	pg, ctx, d, holder := oneRowTurnHeld(t)
+	const wait, lease = 2 * time.Second, 10 * time.Second
+	done := make(chan error, 1)
+	go func() {
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c1", Limit: 10, Lease: lease})
+		if err == nil && len(msgs) != 1 {
+			err = errors.New("the claim took no row")
+		}
+		done <- err
+	}()
+	time.Sleep(wait) // the claim waits for the turn meanwhile
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The lease left at least lease − (time since the claim) − a margin:
+	// measured against the database clock, not the claim's transaction
+	// start.
+	var secs float64
+	if err := pg.Pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM lease_expires_at - clock_timestamp())::float8 FROM outbox`).Scan(&secs); err != nil {
+		t.Fatal(err)
+	}
+	left := time.Duration(secs * float64(time.Second))
+	if left < lease-wait/2 {
+		t.Errorf("lease left right after the claim: %v of %v; the %v waited for the turn came off it", left, lease, wait)
+	}
+}

@@ -62,7 +62,10 @@ UPDATE {{ .Table }} AS o
 SET {{ col "state" }} = {{ state "processing" }},
     {{ col "claimToken" }} = $1,
     {{ col "claimedAt" }} = now(),
-    {{ col "leaseExpiresAt" }} = now() + $2::bigint * interval '1 microsecond',
+    -- clock_timestamp(), not now(): now() is the start of the claim's
+    -- transaction, before its wait for the claim turn, which would come
+    -- off the lease.
+    {{ col "leaseExpiresAt" }} = clock_timestamp() + $2::bigint * interval '1 microsecond',
     {{ col "updatedAt" }} = now()
 FROM candidates
 -- The repeated state and due-time conditions are written (...) IS TRUE, which
