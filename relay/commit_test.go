@@ -255,3 +255,42 @@ func TestDestinationDownDoesNotSpinWithoutScheduledAt(t *testing.T) {
 		t.Errorf("%d claims in 500ms with the destination down, want 2 to 30", n)
 	}
 }
+
+// blockUntilDone publishes nothing until its context ends, and records
+// that it ended.
+type blockUntilDone struct{ ended chan struct{} }
+
+func (b blockUntilDone) Publish(ctx context.Context, _ []outbox.Message) error {
+	select {
+	case <-ctx.Done():
+		close(b.ended)
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+		return nil
+	}
+}
+func (blockUntilDone) Close() error { return nil }
+
+// TestLeaseLostStopsThePublish: when a renewal finds none of the batch's
+// rows still held (they were reclaimed after the lease expired), the
+// publish stops: another relay delivers them, and publishing on would send
+// them again, possibly after that relay sent the key's next row.
+func TestLeaseLostStopsThePublish(t *testing.T) {
+	db := &lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", Key: "k", MaxAttempts: 5}}}
+	dest := blockUntilDone{ended: make(chan struct{})}
+	e, err := New(leaseMode{db}, toDest{}, map[string]destination.Destination{"d": dest}, Options{Lease: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _, _, _ = e.runBatch(context.Background(), e.log, false)
+	}()
+	select {
+	case <-dest.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the publish went on after the renewal found the lease lost")
+	}
+	<-done
+}

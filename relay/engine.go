@@ -405,7 +405,7 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 	renewStopped := make(chan struct{})
 	go func() {
 		defer close(renewStopped)
-		e.renewLoop(pubCtx, log, token, renewDone)
+		e.renewLoop(pubCtx, log, token, renewDone, cancelPub)
 	}()
 
 	outcomes := make([]outcome, len(msgs))
@@ -533,8 +533,9 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 }
 
 // renewLoop extends the batch's lease every Lease/3 until done is closed.
-func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, done <-chan struct{}) {
-	t := time.NewTicker(e.opt.Lease / 3)
+func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, done <-chan struct{}, lost context.CancelFunc) {
+	every := e.opt.Lease / 3
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
@@ -543,14 +544,29 @@ func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, 
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n, err := e.db.Renew(ctx, dialect.RenewParams{Token: token, Lease: e.opt.Lease})
-			if err != nil {
-				log.Warn("lease renewal failed; the lease may expire before the publish ends", "token", token, "err", err)
+			// Each renewal gets a third of the lease: a connection that
+			// hangs must not keep the batch from its next try.
+			rctx, cancel := context.WithTimeout(ctx, every)
+			n, err := e.db.Renew(rctx, dialect.RenewParams{Token: token, Lease: e.opt.Lease})
+			cancel()
+			switch {
+			case err != nil:
+				// Try again soon: two failures a third of a lease apart
+				// would lose the lease.
+				retry := max(every/4, 100*time.Millisecond)
+				log.Warn("lease renewal failed; retrying before the lease expires", "token", token, "err", err, "retry_in", retry)
+				t.Reset(retry)
 				continue
+			case n == 0:
+				// Every row of the batch was reclaimed after its lease
+				// expired: another relay delivers them. Publishing on
+				// would send them again, possibly after that relay has
+				// sent the key's next row.
+				log.Warn("lease lost during publish: the publish is stopped; another relay delivers these rows (same ids)", "token", token)
+				lost()
+				return
 			}
-			if n == 0 {
-				log.Warn("lease lost during publish: another relay may deliver these rows again (same ids)", "token", token)
-			}
+			t.Reset(every)
 		}
 	}
 }
