@@ -2,7 +2,6 @@ package relay
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -164,7 +163,8 @@ func batchUnavailable(errs []error) bool {
 }
 
 // circuitOpenError is a row's failure while its destination's breaker is
-// open: unavailable, due again when the breaker lets a probe through.
-func circuitOpenError(dest string, wait time.Duration) error {
-	return outbox.RetryAfter(outbox.Unavailable(fmt.Errorf("destination %s: %w", dest, errCircuitOpen)), wait)
+// open: unavailable, due again when the breaker lets a probe through. The
+// row's last_error names the destination (Engine.reason).
+func circuitOpenError(wait time.Duration) error {
+	return outbox.RetryAfter(outbox.Unavailable(errCircuitOpen), wait)
 }

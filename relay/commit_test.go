@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -293,4 +294,18 @@ func TestLeaseLostStopsThePublish(t *testing.T) {
 		t.Fatal("the publish went on after the renewal found the lease lost")
 	}
 	<-done
+}
+
+// TestCircuitOpenReasonNamesTheDestinationOnce: the last_error of a row
+// deferred by an open circuit read "destination hooks: destination hooks:
+// circuit open ...".
+func TestCircuitOpenReasonNamesTheDestinationOnce(t *testing.T) {
+	e, err := New(&lockDialect{}, toDest{}, map[string]destination.Destination{"hooks": acceptAll{}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := e.reason(&outcome{msg: &outbox.Message{ID: "a"}, dest: "hooks", err: circuitOpenError(time.Second)})
+	if strings.Count(got, "destination hooks") != 1 || !strings.Contains(got, "circuit open") {
+		t.Errorf("reason %q, want the destination named once and the circuit open", got)
+	}
 }

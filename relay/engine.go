@@ -240,7 +240,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			if ctx.Err() != nil {
 				return
 			}
-			log.Error("claim failed; retrying", "err", err, "retry_in", e.idleWait(0, empty))
+			log.Error("claim failed; retrying", "err", err, "retry_in", e.idleWait(id, empty))
 		case full:
 			// A full batch: more rows are probably ready. Claim again at
 			// once, and let idle siblings help, unless their last claims
@@ -482,7 +482,7 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 	if ok, wait := b.allow(); !ok {
 		// The destination is down: do not publish, and do not spend an
 		// attempt. The rows are due again when a probe may go through.
-		err := circuitOpenError(name, wait)
+		err := circuitOpenError(wait)
 		for _, i := range idx {
 			outcomes[i].err, outcomes[i].deferred = err, true
 		}
