@@ -256,3 +256,43 @@ func TestStatsJSON(t *testing.T) {
 		t.Errorf("after release (exit %d): %s", code, out)
 	}
 }
+
+// TestReplayLeavesAKeyWithARowInFlight: the dead head of key k is replayed
+// while a later row of k is processing (another relay is delivering it).
+// Moved back, the dead row would be k's head (it comes first in sequence
+// order) and claimable at once: two rows of one key in flight. It is left,
+// and the output says so; once the later row is sent, the replay moves it.
+func TestReplayLeavesAKeyWithARowInFlight(t *testing.T) {
+	w := newOpWorld(t, "release")
+	ctx := context.Background()
+	dead := w.insertDead(t, "billing.invoice", "k")[0]
+	free := w.insertDead(t, "billing.invoice", "other")[0]
+	var later string
+	if err := w.pool.QueryRow(ctx, `INSERT INTO outbox (topic, key, payload, state, claim_token, claimed_at, lease_expires_at)
+		VALUES ('billing.invoice', 'k', '{}', 'processing', gen_random_uuid(), now(), now() + interval '1 minute') RETURNING id::text`).Scan(&later); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := w.cli(t, "replay", "--topic", "billing.*")
+	if code != 0 || !strings.HasPrefix(out, "replayed 1 rows\nleft 1 selected rows: their key has a row being delivered") {
+		t.Fatalf("replay beside a row in flight: exit %d, %q, %s", code, out, errOut)
+	}
+	state := func(id string) string {
+		var s string
+		if err := w.pool.QueryRow(ctx, `SELECT state FROM outbox WHERE id = $1`, id).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if state(dead) != "dead" || state(free) != "pending" {
+		t.Fatalf("after the replay: k's dead row %s, the other key's %s; want dead and pending", state(dead), state(free))
+	}
+	if _, err := w.pool.Exec(ctx, `UPDATE outbox SET state = 'sent', lease_expires_at = NULL WHERE id = $1`, later); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := w.cli(t, "replay", "--key", "k"); code != 0 || strings.TrimSpace(out) != "replayed 1 rows" {
+		t.Fatalf("replay once the key's row was sent: exit %d, %q, %s", code, out, errOut)
+	}
+	if state(dead) != "pending" {
+		t.Fatalf("k's dead row is %s after the second replay, want pending", state(dead))
+	}
+}

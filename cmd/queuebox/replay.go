@@ -28,7 +28,10 @@ until exclusive. Rows move in batches of --batch-size, each its own short
 statement, so a large replay holds no long locks.
 
 It prints "replayed N rows" (or, with --dry-run, "would replay N rows") and
-logs one line with the selector and the count.`,
+logs one line with the selector and the count. A keyed row whose key has a
+row being delivered (processing) is left as it is, and a second line says
+how many were left: replayed, it would be its key's head while that row is
+out, two rows of one key in flight. Run the replay again once it is sent.`,
 		Example: `  queuebox replay --topic 'order.**' --since 2h --dry-run
   queuebox replay --id 0b6f0d8e-4c1a-4d7e-9a57-3f7f2b0c9e11 --id 5d1e...
   queuebox replay --state sent --key customer-42 --since 2024-05-01T00:00:00Z`,
@@ -73,8 +76,18 @@ logs one line with the selector and the count.`,
 			if err != nil {
 				return err
 			}
-			n, err := odb.in.Replay(cmd.Context(), p)
+			// How many rows the selector takes, to say how many were left.
+			dry := p
+			dry.DryRun = true
+			selected, err := odb.in.Replay(cmd.Context(), dry)
+			n := selected
+			if err == nil && !dryRun {
+				n, err = odb.in.Replay(cmd.Context(), p)
+			}
 			attrs := []any{"state", state, "ids", ids, "topic", topic, "key", key, "since", fmtTime(sinceT), "until", fmtTime(untilT), "dry_run", dryRun, "rows", n}
+			if left := selected - n; err == nil && left > 0 {
+				attrs = append(attrs, "left", left)
+			}
 			if err != nil {
 				log.Error("replay failed", append(attrs, "err", err)...)
 				return fmt.Errorf("replay: %w (%d rows moved before the error)", err, n)
@@ -84,6 +97,9 @@ logs one line with the selector and the count.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "would replay %d rows\n", n)
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "replayed %d rows\n", n)
+				if left := selected - n; left > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "left %d selected rows: their key has a row being delivered (replayed now, two rows of the key would be in flight; run the replay again once it is sent), or they changed meanwhile\n", left)
+				}
 			}
 			return nil
 		},

@@ -187,13 +187,39 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 	batch := p.Batch()
 	var moved int64
 	for start := 0; start < len(selected); start += batch {
-		n, err := d.exec(ctx, "replay", state, selected[start:min(start+batch, len(selected))])
+		n, err := d.replayBatch(ctx, state, selected[start:min(start+batch, len(selected))])
 		moved += n
 		if err != nil {
 			return moved, err
 		}
 	}
 	return moved, nil
+}
+
+// replayBatch runs replay.sql for one batch of ids. With the table's claim
+// turn it takes the turn first, in the same transaction: the statement then
+// sees every claim committed before it, and leaves the rows whose key has
+// one in flight (replay.sql).
+func (d *Dialect) replayBatch(ctx context.Context, state string, ids []string) (int64, error) {
+	if d.turnSQL == "" {
+		return d.exec(ctx, "replay", state, ids)
+	}
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return 0, interpretError("replay", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, d.turnSQL); err != nil {
+		return 0, interpretError("replay: claim turn", err)
+	}
+	tag, err := tx.Exec(ctx, d.queries["replay"], state, ids)
+	if err != nil {
+		return 0, interpretError("replay", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, interpretError("replay", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // ReleaseKey implements dialect.KeyReleaser.

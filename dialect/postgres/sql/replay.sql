@@ -3,7 +3,14 @@
 -- the id and the sequence stay, so a replayed head of a key is delivered
 -- before the key's later rows. One short statement per batch. Columns the
 -- table lacks (lock mode has no claim columns) are left out.
-UPDATE {{ .Table }}
+--
+-- A keyed row whose key has a row processing is left as it is: moved back
+-- now, it would be its key's head (it comes first in sequence order) while
+-- that row is out, two rows of one key in flight. The caller takes the
+-- claim turn first, so that a claim committed just before is seen. Lock
+-- mode has no processing state: there a batch holding a later row of the
+-- key is not seen.
+UPDATE {{ .Table }} AS o
 SET
 {{- if has "attempt" }}
     {{ col "attempt" }} = 0,
@@ -33,6 +40,14 @@ SET
     {{ col "updatedAt" }} = now(),
 {{- end }}
     {{ col "state" }} = {{ state "pending" }}
-WHERE {{ col "id" }} = ANY({{ ids "$2" }})
-  AND {{ col "state" }} = $1::text
-  AND {{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})
+WHERE o.{{ col "id" }} = ANY({{ ids "$2" }})
+  AND o.{{ col "state" }} = $1::text
+  AND o.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})
+{{- if has "key" }}
+  AND (o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = ''
+       OR NOT EXISTS (
+           SELECT 1
+           FROM {{ .Table }} AS p
+           WHERE p.{{ col "key" }} = o.{{ col "key" }}
+             AND p.{{ col "state" }} = {{ state "processing" }}))
+{{- end }}
