@@ -424,9 +424,14 @@ func Properties(m *outbox.Message) amqp.Publishing {
 	if m.Key != "" {
 		h[HeaderMessageKey] = m.Key
 	}
-	// Row headers are added last and may set x-topic etc. themselves; the
+	// Row headers are added unless named like one of the relay's own (any
+	// case), as on the NATS and HTTP destinations: x-attempt is 0 on the
+	// first delivery (contract §4), and no row can say otherwise. The
 	// identity is the message_id property, which no header can reach.
 	for k, v := range m.Headers {
+		if strings.EqualFold(k, HeaderTopic) || strings.EqualFold(k, HeaderAttempt) || strings.EqualFold(k, HeaderMessageKey) {
+			continue
+		}
 		h[k] = v
 	}
 	return amqp.Publishing{

@@ -265,3 +265,18 @@ func TestManyNacksWaitForTheCloseReasonOnce(t *testing.T) {
 		t.Errorf("waited for the close reason %d times in one batch, want 1", n)
 	}
 }
+
+// TestRowHeadersCannotReplaceTheRelays: a row header named like x-topic,
+// x-attempt or x-message-key (any case) is dropped, as on NATS and HTTP:
+// x-attempt is 0 on the first delivery, whatever the row says.
+func TestRowHeadersCannotReplaceTheRelays(t *testing.T) {
+	m := outbox.Message{ID: "5f0c6f0e-8a53-4d47-9a4e-2a7f6a3e9b11", Topic: "a.b", Key: "k", Attempt: 0,
+		Headers: map[string]string{"X-Attempt": "7", "x-topic": "spoofed", "X-MESSAGE-KEY": "other", "tenant": "acme"}}
+	h := amqp.Properties(&m).Headers
+	if h[amqp.HeaderAttempt] != int64(0) || h[amqp.HeaderTopic] != "a.b" || h[amqp.HeaderMessageKey] != "k" || h["tenant"] != "acme" {
+		t.Errorf("headers %v", h)
+	}
+	if len(h) != 4 {
+		t.Errorf("headers %v, want x-topic, x-attempt, x-message-key and tenant only", h)
+	}
+}

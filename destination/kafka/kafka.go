@@ -244,28 +244,22 @@ func (d *Destination) Record(m *outbox.Message) (kafkago.Message, error) {
 }
 
 // Headers returns the record headers for m: X-Message-Id, X-Topic and
-// X-Attempt, then the row headers in name order. A row header never
-// overrides X-Message-Id; a row header named X-Topic or X-Attempt
-// (case-insensitively) replaces the relay's value.
+// X-Attempt, then the row headers in name order. A row header named like
+// one of the three (any case) is dropped, as on the NATS and HTTP
+// destinations: X-Attempt is 0 on the first delivery (contract §4), and no
+// row can say otherwise.
 func Headers(m *outbox.Message) []kafkago.Header {
 	hs := make([]kafkago.Header, 0, 3+len(m.Headers))
-	hs = append(hs, kafkago.Header{Key: HeaderMessageID, Value: []byte(m.ID)})
-	topic, attempt := m.Topic, strconv.Itoa(m.Attempt)
+	hs = append(hs,
+		kafkago.Header{Key: HeaderMessageID, Value: []byte(m.ID)},
+		kafkago.Header{Key: HeaderTopic, Value: []byte(m.Topic)},
+		kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(m.Attempt))})
 	names := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {
-		switch {
-		case strings.EqualFold(k, HeaderMessageID):
-		case strings.EqualFold(k, HeaderTopic):
-			topic = m.Headers[k]
-		case strings.EqualFold(k, HeaderAttempt):
-			attempt = m.Headers[k]
-		default:
+		if !strings.EqualFold(k, HeaderMessageID) && !strings.EqualFold(k, HeaderTopic) && !strings.EqualFold(k, HeaderAttempt) {
 			names = append(names, k)
 		}
 	}
-	hs = append(hs,
-		kafkago.Header{Key: HeaderTopic, Value: []byte(topic)},
-		kafkago.Header{Key: HeaderAttempt, Value: []byte(attempt)})
 	slices.Sort(names)
 	for _, k := range names {
 		hs = append(hs, kafkago.Header{Key: k, Value: []byte(m.Headers[k])})
