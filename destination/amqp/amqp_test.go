@@ -125,16 +125,21 @@ func TestUnroutableIsRetryableNotSent(t *testing.T) {
 	}
 }
 
-func TestNackIsRetryable(t *testing.T) {
-	t.Parallel()
+// fullQueueDest is a destination whose every message goes to a queue that
+// holds one message and rejects further publishes: the broker nacks them.
+func fullQueueDest(t *testing.T) (*amqp.Destination, *testenv.AMQPAdmin, string) {
+	t.Helper()
 	url := testenv.AMQPURL(t)
 	adm := testenv.NewAMQPAdmin(t, url)
 	ex := testenv.AMQPName(t, "ex")
 	adm.Exchange(ex, "direct")
-	// A queue that holds one message and rejects further publishes: the
-	// broker nacks them.
 	q := adm.QueueArgs("q", ex, "full", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
-	d := newDest(t, amqp.Options{URL: url, Exchange: ex, RoutingKey: "full"})
+	return newDest(t, amqp.Options{URL: url, Exchange: ex, RoutingKey: "full"}), adm, q
+}
+
+func TestNackIsRetryable(t *testing.T) {
+	t.Parallel()
+	d, adm, q := fullQueueDest(t)
 	ctx := testenv.Context(t, 20*time.Second)
 	err := d.Publish(ctx, []outbox.Message{msg(0, "t", ""), msg(1, "t", ""), msg(2, "t", "")})
 	var be *destination.BatchError

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
-
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/destination/amqp"
 	"github.com/queuebox/queuebox/internal/testenv"
@@ -92,33 +90,54 @@ func (c *stallConn) Close() error {
 	return c.Conn.Close()
 }
 
-// stallingDest is a destination whose connections are stallConns; last
-// returns the newest.
-func stallingDest(t *testing.T, opts amqp.Options) (d *amqp.Destination, last func() *stallConn) {
+// stalling is a destination whose connections are stallConns, publishing
+// to a fresh topic exchange with one queue bound to every key; one message
+// has gone through it already (the connection is open).
+type stalling struct {
+	d     *amqp.Destination
+	adm   *testenv.AMQPAdmin
+	queue string
+	ctx   context.Context
+
+	mu    sync.Mutex
+	conns []*stallConn
+}
+
+func newStalling(t *testing.T, name string) *stalling {
 	t.Helper()
-	var mu sync.Mutex
-	var conns []*stallConn
+	url := testenv.AMQPURL(t)
+	s := &stalling{adm: testenv.NewAMQPAdmin(t, url), ctx: testenv.Context(t, 30*time.Second)}
+	ex := testenv.AMQPName(t, name)
+	s.adm.Exchange(ex, "topic")
+	s.queue = s.adm.Queue("q", ex, "#")
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
 		sc := newStallConn(c)
-		mu.Lock()
-		conns = append(conns, sc)
-		mu.Unlock()
+		s.mu.Lock()
+		s.conns = append(s.conns, sc)
+		s.mu.Unlock()
 		return sc, nil
 	}
-	d, err := amqp.NewWithDial(testenv.Context(t, 10*time.Second), opts, nil, dial)
+	d, err := amqp.NewWithDial(s.ctx, amqp.Options{Name: name, URL: url, Exchange: ex, ConfirmTimeout: 300 * time.Millisecond}, nil, dial)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	return d, func() *stallConn {
-		mu.Lock()
-		defer mu.Unlock()
-		return conns[len(conns)-1]
+	s.d = d
+	if err := d.Publish(s.ctx, []outbox.Message{msg(0, "t", "")}); err != nil {
+		t.Fatalf("first Publish: %v", err)
 	}
+	return s
+}
+
+// last is the newest connection.
+func (s *stalling) last() *stallConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[len(s.conns)-1]
 }
 
 // A broker that withholds confirms: the batch fails as unavailable once
@@ -126,17 +145,9 @@ func stallingDest(t *testing.T, opts amqp.Options) (d *amqp.Destination, last fu
 // publishes again once the broker answers.
 func TestWithheldConfirmsEndAtConfirmTimeout(t *testing.T) {
 	t.Parallel()
-	url := testenv.AMQPURL(t)
-	adm := testenv.NewAMQPAdmin(t, url)
-	ex := testenv.AMQPName(t, "withheld")
-	adm.Exchange(ex, "topic")
-	q := adm.Queue("q", ex, "#")
-	d, last := stallingDest(t, amqp.Options{Name: "withheld", URL: url, Exchange: ex, ConfirmTimeout: 300 * time.Millisecond})
-	ctx := testenv.Context(t, 30*time.Second)
-	if err := d.Publish(ctx, []outbox.Message{msg(0, "t", "")}); err != nil {
-		t.Fatalf("first Publish: %v", err)
-	}
-	conn := last()
+	s := newStalling(t, "withheld")
+	d, ctx := s.d, s.ctx
+	conn := s.last()
 	conn.hold(true, false) // the publishes go out, no confirm comes back
 	batch := []outbox.Message{msg(1, "t", ""), msg(2, "t", ""), msg(3, "t", "")}
 	start := time.Now()
@@ -154,7 +165,7 @@ func TestWithheldConfirmsEndAtConfirmTimeout(t *testing.T) {
 	}, "no Publish succeeded once the broker answered again")
 	// The withheld messages may have reached the queue (they were written);
 	// the engine retries them with the same ids, which consumers dedupe.
-	if got := adm.Count(q); got < 2 {
+	if got := s.adm.Count(s.queue); got < 2 {
 		t.Errorf("queue holds %d messages, want at least the first and the last", got)
 	}
 }
@@ -194,17 +205,9 @@ func failures(t *testing.T, err error, n int) int {
 // unavailable, and the next Publish dials again.
 func TestBlockedWriteEndsAtConfirmTimeout(t *testing.T) {
 	t.Parallel()
-	url := testenv.AMQPURL(t)
-	adm := testenv.NewAMQPAdmin(t, url)
-	ex := testenv.AMQPName(t, "blocked")
-	adm.Exchange(ex, "topic")
-	adm.Queue("q", ex, "#")
-	d, last := stallingDest(t, amqp.Options{Name: "blocked", URL: url, Exchange: ex, ConfirmTimeout: 300 * time.Millisecond})
-	ctx := testenv.Context(t, 30*time.Second)
-	if err := d.Publish(ctx, []outbox.Message{msg(0, "t", "")}); err != nil {
-		t.Fatalf("first Publish: %v", err)
-	}
-	first := last()
+	s := newStalling(t, "blocked")
+	d, ctx := s.d, s.ctx
+	first := s.last()
 	first.hold(false, true)
 	batch := []outbox.Message{msg(1, "t", ""), msg(2, "t", "")}
 	if failed := failures(t, d.Publish(ctx, batch), len(batch)); failed != len(batch) {
@@ -216,7 +219,7 @@ func TestBlockedWriteEndsAtConfirmTimeout(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return d.Publish(ctx, []outbox.Message{msg(3, "t", "")}) == nil
 	}, "no Publish succeeded after the blocked connection was closed")
-	if last() == first {
+	if s.last() == first {
 		t.Error("the destination did not dial again")
 	}
 }
@@ -226,12 +229,7 @@ func TestBlockedWriteEndsAtConfirmTimeout(t *testing.T) {
 // minutes).
 func TestManyNacksWaitForTheCloseReasonOnce(t *testing.T) {
 	t.Parallel()
-	url := testenv.AMQPURL(t)
-	adm := testenv.NewAMQPAdmin(t, url)
-	ex := testenv.AMQPName(t, "nacks")
-	adm.Exchange(ex, "direct")
-	adm.QueueArgs("q", ex, "full", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
-	d := newDest(t, amqp.Options{URL: url, Exchange: ex, RoutingKey: "full"})
+	d, _, _ := fullQueueDest(t)
 	var waits atomic.Int32
 	amqp.SetWaitClose(d, func(dead <-chan struct{}) {
 		waits.Add(1)
