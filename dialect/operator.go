@@ -151,6 +151,18 @@ func (p ReplayParams) CheckWindow() error {
 	return nil
 }
 
+// TimeBoundsUsable reports whether rows of a table with mapping m can be
+// selected by their updatedAt time (ReplayParams and DeadListParams Since
+// and Until): an error when a bound is set and the table has no updatedAt
+// column. Without this check a table lacking the column matched every row:
+// replay --state sent --since 1h replayed the whole sent history.
+func TimeBoundsUsable(m Mapping, since, until time.Time) error {
+	if (since.IsZero() && until.IsZero()) || m.Has(ColUpdatedAt) {
+		return nil
+	}
+	return outbox.Permanent(errors.New("since and until select rows by their updatedAt column, which this table does not have (database.columns.updatedAt): select by id, topic or key instead"))
+}
+
 // KeyReleaser is implemented by dialects that can hold keys
 // (relay.onDead: hold).
 type KeyReleaser interface {

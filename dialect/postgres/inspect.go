@@ -111,6 +111,9 @@ func optTopic(pattern string) (*string, error) {
 
 // DeadList implements dialect.Inspector. A Limit of 0 or less means 50.
 func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dialect.DeadRow, error) {
+	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, time.Time{}); err != nil {
+		return nil, err
+	}
 	topic, err := optTopic(p.TopicPattern)
 	if err != nil {
 		return nil, err
@@ -169,6 +172,9 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 			}
 			ids[i] = u.String()
 		}
+	}
+	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, p.Until); err != nil {
+		return 0, err
 	}
 	if err := p.CheckWindow(); err != nil {
 		return 0, err

@@ -3,11 +3,13 @@ package postgres
 import (
 	"context"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
 	"github.com/queuebox/queuebox/relay"
 	"github.com/queuebox/queuebox/router"
 )
@@ -91,3 +93,53 @@ func TestRetentionOnPostgres(t *testing.T) {
 type purgerFunc func(dialect.PurgeParams) (int64, error)
 
 func (f purgerFunc) Purge(_ context.Context, p dialect.PurgeParams) (int64, error) { return f(p) }
+
+// TestTimeBoundsNeedUpdatedAt: on a table without an updatedAt column, a
+// replay or dead list bounded by time is refused. The replay's selection
+// used to drop the bound and match every row: replay --state sent --since
+// 1s moved the whole sent history back to pending.
+func TestTimeBoundsNeedUpdatedAt(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	pg.MustExec(t, ctx, `ALTER TABLE outbox DROP COLUMN updated_at`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload, state) SELECT 't', '{}', 'sent' FROM generate_series(1, 3)`)
+	m, err := dialect.DefaultMapping().Without(dialect.ColUpdatedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(pg.Pool, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Second)
+	for _, p := range []dialect.ReplayParams{
+		{State: "sent", Since: since},
+		{State: "sent", Until: since},
+		{State: "sent", Since: since, DryRun: true},
+	} {
+		n, err := d.Replay(ctx, p)
+		if err == nil || !outbox.IsPermanent(err) || !strings.Contains(err.Error(), "updatedAt") {
+			t.Errorf("Replay(%+v) = %d, %v; want a permanent error naming updatedAt", p, n, err)
+		}
+	}
+	if _, err := d.DeadList(ctx, dialect.DeadListParams{Since: since}); err == nil || !strings.Contains(err.Error(), "updatedAt") {
+		t.Errorf("DeadList with since = %v; want an error naming updatedAt", err)
+	}
+	var sent int
+	if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'sent'`).Scan(&sent); err != nil {
+		t.Fatal(err)
+	}
+	if sent != 3 {
+		t.Fatalf("%d of 3 sent rows left sent after the refused replays", sent)
+	}
+	// Other selectors still work on such a table, and so does the claim
+	// (its statement named updated_at unconditionally, so a lease-mode table
+	// without the column could not start).
+	if n, err := d.Replay(ctx, dialect.ReplayParams{State: "sent", TopicPattern: "t"}); err != nil || n != 3 {
+		t.Fatalf("Replay by topic = %d, %v; want 3", n, err)
+	}
+	msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000d1", Limit: 10, Lease: time.Minute})
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("Claim on a table without updated_at = %d rows, %v; want 3", len(msgs), err)
+	}
+}

@@ -93,6 +93,9 @@ func nullTime(t time.Time) sql.NullTime { return sql.NullTime{Time: t.UTC(), Val
 // reading further pages (newest first, each starting after the last row of
 // the one before) until it has Limit rows or the dead rows run out.
 func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dialect.DeadRow, error) {
+	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, time.Time{}); err != nil {
+		return nil, err
+	}
 	topic, err := parseTopicFilter(p.TopicPattern)
 	if err != nil {
 		return nil, err
@@ -183,6 +186,9 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 			return 0, err
 		}
 		ids = sql.NullString{String: string(doc), Valid: true}
+	}
+	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, p.Until); err != nil {
+		return 0, err
 	}
 	if err := p.CheckWindow(); err != nil {
 		return 0, err

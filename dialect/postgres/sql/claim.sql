@@ -65,8 +65,10 @@ SET {{ col "state" }} = {{ state "processing" }},
     -- clock_timestamp(), not now(): now() is the start of the claim's
     -- transaction, before its wait for the claim turn, which would come
     -- off the lease.
-    {{ col "leaseExpiresAt" }} = clock_timestamp() + $2::bigint * interval '1 microsecond',
+    {{ col "leaseExpiresAt" }} = clock_timestamp() + $2::bigint * interval '1 microsecond'
+{{- if has "updatedAt" }},
     {{ col "updatedAt" }} = now()
+{{- end }}
 FROM candidates
 -- The repeated state and due-time conditions are written (...) IS TRUE, which
 -- means the same in a WHERE clause but is no index condition: the only way to

@@ -17,6 +17,6 @@ WHERE r.{{ col "state" }} = $1::text
   AND ($5::timestamptz IS NULL OR r.{{ col "updatedAt" }} >= $5::timestamptz)
   AND ($6::timestamptz IS NULL OR r.{{ col "updatedAt" }} < $6::timestamptz)
 {{- else }}
-  AND ($5::timestamptz IS NULL OR true) AND ($6::timestamptz IS NULL OR true)
+  AND $5::timestamptz IS NULL AND $6::timestamptz IS NULL
 {{- end }}
 ORDER BY r.{{ col "sequence" }}, r.{{ col "id" }}

@@ -26,7 +26,7 @@ WHERE r.{{ col "state" }} = @state
   AND (@since IS NULL OR r.{{ col "updatedAt" }} >= CONVERT(DATETIME2, SWITCHOFFSET(@since, '+00:00')))
   AND (@until IS NULL OR r.{{ col "updatedAt" }} < CONVERT(DATETIME2, SWITCHOFFSET(@until, '+00:00')))
 {{- else }}
-  AND (@since IS NULL OR 1 = 1) AND (@until IS NULL OR 1 = 1)
+  AND @since IS NULL AND @until IS NULL
 {{- end }}
   AND (@after_seq IS NULL
        OR r.{{ col "sequence" }} > @after_seq

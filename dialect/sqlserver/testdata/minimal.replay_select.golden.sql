@@ -18,7 +18,7 @@ WHERE r.[state] = @state
   AND (@ids IS NULL OR r.[id] IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j))
   AND (@topic_like IS NULL OR r.[topic] LIKE @topic_like ESCAPE N'\')
   AND @key IS NULL
-  AND (@since IS NULL OR 1 = 1) AND (@until IS NULL OR 1 = 1)
+  AND @since IS NULL AND @until IS NULL
   AND (@after_seq IS NULL
        OR r.[sequence] > @after_seq
        OR (r.[sequence] = @after_seq AND r.[id] > CONVERT(UNIQUEIDENTIFIER, @after_id)))
