@@ -579,3 +579,34 @@ func TestAbsentColumns(t *testing.T) {
 		t.Fatalf("absent topic: err = %v", err)
 	}
 }
+
+// TestTypeErrorsHideValuesFromTheEnvironment: a value that came from
+// ${VAR} is not quoted in a type error (servers: ${NATS_URL} without the
+// brackets printed the URL with its password); a literal one still is.
+func TestTypeErrorsHideValuesFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"NATS_URL": "nats://relay:hunter2@nats:4222", "HOOK_TOKEN": "s3cr3t-token"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	src := strings.Replace(minimal, "servers: [nats://127.0.0.1:4222]", "servers: ${NATS_URL}", 1) + `
+relay:
+  batchSize: ${HOOK_TOKEN}
+  lease: soon
+  pollInterval: ${HOOK_TOKEN}
+`
+	_, err := Parse([]byte(src), lookup)
+	if err == nil {
+		t.Fatal("Parse accepted a string for a list and an integer")
+	}
+	msg := err.Error()
+	for _, secret := range env {
+		if strings.Contains(msg, secret) {
+			t.Errorf("error shows %q: %s", secret, msg)
+		}
+	}
+	for _, want := range []string{"servers: expected a list, got a value from the environment (not shown)", "batchSize: expected an integer, got a value from the environment (not shown)", `lease: invalid duration "soon"`,
+		"pollInterval: expected a duration such as 30s, got a value from the environment (not shown)"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q: %s", want, msg)
+		}
+	}
+}

@@ -113,7 +113,11 @@ func isNull(n ast.Node) bool {
 	return ok
 }
 
-func kindOf(n ast.Node) string {
+// kindOf describes n for an error: its kind, or a scalar's text. A scalar
+// on a line where ${VAR} was expanded is described without its text: the
+// variable may hold a secret (servers: ${NATS_URL} without brackets showed
+// the URL and its password), and config errors are printed and logged.
+func (d *decoder) kindOf(n ast.Node) string {
 	switch n.(type) {
 	case *ast.MappingNode:
 		return "a mapping"
@@ -121,6 +125,9 @@ func kindOf(n ast.Node) string {
 		return "a list"
 	case *ast.NullNode:
 		return "nothing"
+	}
+	if tk := n.GetToken(); tk != nil && d.cols.expandedIn(tk.Position.Line, tk.Position.Column, len(tk.Origin)) {
+		return "a value from the environment (not shown)"
 	}
 	return fmt.Sprintf("%q", scalarText(n))
 }
@@ -174,7 +181,7 @@ func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
 	case reflect.Slice:
 		seq, ok := n.(*ast.SequenceNode)
 		if !ok {
-			d.fail(where, path, "expected a list, got %s", kindOf(n))
+			d.fail(where, path, "expected a list, got %s", d.kindOf(n))
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(seq.Values), len(seq.Values))
@@ -186,7 +193,7 @@ func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
 		v.Set(s)
 	case reflect.String:
 		if !isScalar(n) {
-			d.fail(where, path, "expected a string, got %s", kindOf(n))
+			d.fail(where, path, "expected a string, got %s", d.kindOf(n))
 			return
 		}
 		v.SetString(scalarText(n))
@@ -210,7 +217,7 @@ func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
 		default:
 			parsed, err := strconv.ParseInt(strings.TrimSpace(scalarText(n)), 10, 64)
 			if !isScalar(n) || err != nil {
-				d.fail(where, path, "expected an integer, got %s", kindOf(n))
+				d.fail(where, path, "expected an integer, got %s", d.kindOf(n))
 				return
 			}
 			i = parsed
@@ -227,7 +234,7 @@ func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
 			f = math.Inf(1)
 		}
 		if !isScalar(n) || err != nil {
-			d.fail(where, path, "expected a number, got %s", kindOf(n))
+			d.fail(where, path, "expected a number, got %s", d.kindOf(n))
 			return
 		}
 		v.SetFloat(f)
@@ -238,7 +245,7 @@ func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
 		default:
 			b, err := strconv.ParseBool(strings.TrimSpace(scalarText(n)))
 			if !isScalar(n) || err != nil {
-				d.fail(where, path, "expected true or false, got %s", kindOf(n))
+				d.fail(where, path, "expected true or false, got %s", d.kindOf(n))
 				return
 			}
 			v.SetBool(b)
@@ -250,11 +257,16 @@ func (d *decoder) decode(n ast.Node, v reflect.Value, path string) {
 
 func (d *decoder) decodeDuration(where, n ast.Node, v reflect.Value, path string) {
 	if !isScalar(n) {
-		d.fail(where, path, "expected a duration such as 30s, got %s", kindOf(n))
+		d.fail(where, path, "expected a duration such as 30s, got %s", d.kindOf(n))
 		return
 	}
 	dur, err := ParseDuration(scalarText(n))
 	if err != nil {
+		if k := d.kindOf(n); !strings.HasPrefix(k, `"`) {
+			// From the environment: the parse error would quote it.
+			d.fail(where, path, "expected a duration such as 30s, got %s", k)
+			return
+		}
 		d.fail(where, path, "%v", err)
 		return
 	}
@@ -300,7 +312,7 @@ func (d *decoder) entries(n *ast.MappingNode, path string, depth int) []entry {
 				}
 				mm, isMap := m.(*ast.MappingNode)
 				if !isMap {
-					d.fail(mv.Value, path, "a merge key (<<) needs a mapping, got %s", kindOf(m))
+					d.fail(mv.Value, path, "a merge key (<<) needs a mapping, got %s", d.kindOf(m))
 					continue
 				}
 				d.merged += len(mm.Values)
@@ -317,7 +329,7 @@ func (d *decoder) entries(n *ast.MappingNode, path string, depth int) []entry {
 			continue
 		}
 		if !isScalar(keyNode) && !isNull(keyNode) {
-			d.fail(mv.Key, path, "a key must be a plain string, got %s", kindOf(keyNode))
+			d.fail(mv.Key, path, "a key must be a plain string, got %s", d.kindOf(keyNode))
 			continue
 		}
 		key := ""
@@ -371,7 +383,7 @@ func yamlFields(t reflect.Type) (map[string]int, []string) {
 func (d *decoder) decodeStruct(where, n ast.Node, v reflect.Value, path string) {
 	m, ok := n.(*ast.MappingNode)
 	if !ok {
-		d.fail(where, path, "expected a mapping, got %s", kindOf(n))
+		d.fail(where, path, "expected a mapping, got %s", d.kindOf(n))
 		return
 	}
 	fields, names := yamlFields(v.Type())
@@ -394,7 +406,7 @@ func (d *decoder) decodeStruct(where, n ast.Node, v reflect.Value, path string) 
 func (d *decoder) decodeMap(where, n ast.Node, v reflect.Value, path string) {
 	m, ok := n.(*ast.MappingNode)
 	if !ok {
-		d.fail(where, path, "expected a mapping, got %s", kindOf(n))
+		d.fail(where, path, "expected a mapping, got %s", d.kindOf(n))
 		return
 	}
 	if v.IsNil() {

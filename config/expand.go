@@ -15,6 +15,22 @@ type span struct{ expStart, expEnd, origStart, origEnd int }
 // columnMap maps columns of the expanded text back to the file as written.
 type columnMap map[int][]span
 
+// expandedIn reports whether text from a ${VAR} expansion lies within
+// columns [col, col+width) (from 1) of the expanded line ($$ escapes do
+// not count).
+func (m columnMap) expandedIn(line, col, width int) bool {
+	start, end := col-1, col-1+max(width, 1)
+	for _, s := range m[line] {
+		if s.origEnd-s.origStart == 2 && s.expEnd-s.expStart == 1 {
+			continue // $$
+		}
+		if s.expStart < end && start < max(s.expEnd, s.expStart+1) {
+			return true
+		}
+	}
+	return false
+}
+
 // orig returns the column in the original line for a column (from 1) of
 // the expanded line.
 func (m columnMap) orig(line, col int) int {
