@@ -108,6 +108,7 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			ExchangeType:    d.ExchangeType,
 			DeclareExchange: d.DeclareExchange,
 			TLS:             tc,
+			ConfirmTimeout:  d.Timeout.D(),
 		}, log)
 	default:
 		return nil, fmt.Errorf("destination type %q is not supported by this build", d.Type)
