@@ -209,6 +209,11 @@ func TestWritePgx(t *testing.T) {
 		{ID: callerID, Topic: "order.paid", Key: "o-1", Payload: json.RawMessage(`{"id":"o-1","html":"<b>&</b>"}`)},
 		{Topic: "order.reminder", Payload: []byte(`[1,2,3]`), Delay: time.Minute},
 		{Topic: "order.archive", Payload: "plain string", ScheduledAt: at, MaxAttempts: 9},
+		// A JSON null payload (docs/producing.md) is the JSON value null,
+		// not an SQL NULL: the INSERT used to fail on the NOT NULL column and
+		// abort the caller's transaction.
+		{Topic: "order.none", Payload: json.RawMessage("null")},
+		{Topic: "order.empty", Payload: []int(nil)},
 	}
 	tx, err := pg.Pool.Begin(ctx)
 	if err != nil {
@@ -273,6 +278,9 @@ func TestWritePgx(t *testing.T) {
 	}
 	if rows[3].Payload != `"plain string"` || rows[3].MaxAttempts != 9 || !rows[3].Scheduled.Equal(at) {
 		t.Errorf("row 3: %+v, want scheduled %s", rows[3], at)
+	}
+	if rows[4].Payload != "null" || rows[5].Payload != "null" {
+		t.Errorf("null payloads stored as %q and %q, want the JSON null", rows[4].Payload, rows[5].Payload)
 	}
 }
 

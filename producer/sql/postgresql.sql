@@ -1,6 +1,9 @@
 -- insert: every message of one Write (or one run of it, see writer.go) in
 -- one statement. $1 is a JSON array with one object per message, in call
--- order; "ord" is its position. jsonb_to_recordset turns it into rows, the
+-- order; "ord" is its position. jsonb_to_record turns each into a row, the
+-- payload is taken as jsonb from the element (jsonb_to_record would make a
+-- JSON null payload an SQL NULL, which the NOT NULL column refuses, and the
+-- failed INSERT would abort the caller's transaction), the
 -- ORDER BY makes the sequence default follow the call order, and the
 -- scheduled time falls back to the database clock (now() + delay).
 -- {{ if .Notify }}$2 is the NOTIFY channel: pg_notify runs in the same
@@ -12,8 +15,9 @@
 -- (the relay's notify/trigger.sql says more).{{ end }}
 WITH ins AS (
     INSERT INTO {{ .Table }} ({{ col "id" }}, {{ col "topic" }}, {{ col "key" }}, {{ col "payload" }}, {{ col "headers" }}, {{ col "aggregateType" }}, {{ col "state" }}, {{ col "scheduledAt" }}{{ if .MaxAttempts }}, {{ col "maxAttempts" }}{{ end }})
-    SELECT r.id, r.topic, r.key, r.payload, r.headers, r.aggregate_type, {{ state "pending" }}, COALESCE(r.scheduled_at, now() + r.delay_us * interval '1 microsecond'){{ if .MaxAttempts }}, r.max_attempts{{ end }}
-    FROM jsonb_to_recordset($1::jsonb) AS r(ord integer, id uuid, topic text, key text, payload jsonb, headers jsonb, aggregate_type text, scheduled_at timestamptz, delay_us bigint, max_attempts integer)
+    SELECT r.id, r.topic, r.key, e.v -> 'payload', r.headers, r.aggregate_type, {{ state "pending" }}, COALESCE(r.scheduled_at, now() + r.delay_us * interval '1 microsecond'){{ if .MaxAttempts }}, r.max_attempts{{ end }}
+    FROM jsonb_array_elements($1::jsonb) AS e(v),
+         jsonb_to_record(e.v) AS r(ord integer, id uuid, topic text, key text, headers jsonb, aggregate_type text, scheduled_at timestamptz, delay_us bigint, max_attempts integer)
     ORDER BY r.ord
     RETURNING 1
 )
