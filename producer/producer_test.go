@@ -490,3 +490,59 @@ func TestTenThousandMessagesOneRoundTrip(t *testing.T) {
 		t.Errorf("%d ids out of sequence order", inversions)
 	}
 }
+
+// TestWriteToATableWithoutOptionalColumns: an adopted table may lack key,
+// headers, aggregateType, scheduledAt and maxAttempts (docs/adopting.md).
+// The writer leaves them out of the insert (New used to fail: "column
+// \"aggregateType\" is not mapped"), and refuses, before touching the
+// database, a message that sets one of them.
+func TestWriteToATableWithoutOptionalColumns(t *testing.T) {
+	t.Parallel()
+	pg := testenv.Postgres(t, testenv.WithoutMigrations())
+	ctx := testenv.Context(t, 30*time.Second)
+	pg.MustExec(t, ctx, `CREATE TABLE events (
+		id uuid PRIMARY KEY, topic text NOT NULL, payload jsonb NOT NULL,
+		state text NOT NULL DEFAULT 'pending', seq bigserial NOT NULL)`)
+	absent := map[string]string{"key": "", "headers": "", "aggregateType": "", "scheduledAt": "", "maxAttempts": "", "sequence": "seq"}
+	w, err := producer.New(producer.WithTable("events", absent, nil))
+	if err != nil {
+		t.Fatalf("New on a table without the optional columns: %v", err)
+	}
+	write := func(msgs ...producer.Message) error {
+		tx, err := pg.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := w.WritePgx(ctx, tx, msgs...); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	if err := write(producer.Message{Topic: "a", Payload: 1}, producer.Message{Topic: "b", Payload: map[string]int{"n": 2}}); err != nil {
+		t.Fatalf("Write of plain messages: %v", err)
+	}
+	err = write(
+		producer.Message{Topic: "c", Payload: 3, Key: "k"},
+		producer.Message{Topic: "c", Payload: 3, Headers: map[string]string{"X-A": "1"}},
+		producer.Message{Topic: "c", Payload: 3, AggregateType: "order"},
+		producer.Message{Topic: "c", Payload: 3, Delay: time.Minute},
+		producer.Message{Topic: "c", Payload: 3, MaxAttempts: 3},
+	)
+	var ve *producer.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("Write of messages the table cannot store = %v, want a ValidationError", err)
+	}
+	for _, field := range []string{"message 0: key", "message 1: headers", "message 2: aggregateType", "message 3: delay", "message 4: maxAttempts"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("error lacks %q: %v", field, err)
+		}
+	}
+	var n int
+	if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("table holds %d rows, want the 2 plain messages", n)
+	}
+}

@@ -76,6 +76,7 @@ func WithNotify(channel string) Option { return func(o *options) { o.notify = ch
 type Writer struct {
 	dialect Dialect
 	notify  string
+	mapping dialect.Mapping
 	// stmts[withMaxAttempts]: the insert with or without the max attempts
 	// column.
 	stmts [2]string
@@ -109,8 +110,14 @@ func New(opts ...Option) (*Writer, error) {
 	default:
 		return nil, fmt.Errorf("producer: unknown dialect %q (want postgresql or sqlserver)", o.dialect)
 	}
-	w := &Writer{dialect: o.dialect, notify: o.notify}
+	w := &Writer{dialect: o.dialect, notify: o.notify, mapping: o.mapping}
 	for i, withMax := range []bool{false, true} {
+		if withMax && !o.mapping.Has(dialect.ColMaxAttempts) {
+			// No such column: a message that sets MaxAttempts is refused
+			// (unstorable), so this statement never runs.
+			w.stmts[i] = w.stmts[0]
+			continue
+		}
 		s, err := render(o.dialect, o.mapping, withMax, o.notify != "")
 		if err != nil {
 			return nil, err
@@ -162,6 +169,7 @@ func render(d Dialect, m dialect.Mapping, withMax, notify bool) (string, error) 
 			}
 			return quote(c), nil
 		},
+		"has": m.Has,
 		"state": func(s string) (string, error) {
 			v := m.State(outbox.State(s))
 			if v == "" {
@@ -258,6 +266,9 @@ func (w *Writer) write(msgs []Message, nilTx bool, exec func(stmt string, args [
 	if err != nil {
 		return nil, err
 	}
+	if err := w.storable(msgs); err != nil {
+		return nil, err
+	}
 	if nilTx {
 		return nil, ErrNoTransaction
 	}
@@ -288,4 +299,41 @@ func (w *Writer) write(msgs []Message, nilTx bool, exec func(stmt string, args [
 		}
 	}
 	return ids, nil
+}
+
+// storable refuses, before the database is touched, a message that sets a
+// field the table has no column for (an adopted table may lack key,
+// headers, aggregateType, scheduledAt and maxAttempts; the insert leaves
+// absent columns out). Silently dropping the field would lose what the
+// caller asked for: a key's order, a delay.
+func (w *Writer) storable(msgs []Message) error {
+	var errs []error
+	absent := func(i int, field, logical string) {
+		errs = append(errs, &ValidationError{Index: i, Field: field,
+			Reason: fmt.Sprintf("the table has no %s column (it is mapped absent), so this message cannot be stored as asked", logical)})
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Key != "" && !w.mapping.Has(dialect.ColKey) {
+			absent(i, FieldKey, dialect.ColKey)
+		}
+		if len(m.Headers) > 0 && !w.mapping.Has(dialect.ColHeaders) {
+			absent(i, FieldHeaders, dialect.ColHeaders)
+		}
+		if m.AggregateType != "" && !w.mapping.Has(dialect.ColAggregateType) {
+			absent(i, FieldAggregateType, dialect.ColAggregateType)
+		}
+		if !w.mapping.Has(dialect.ColScheduledAt) {
+			if !m.ScheduledAt.IsZero() {
+				absent(i, FieldScheduledAt, dialect.ColScheduledAt)
+			}
+			if m.Delay != 0 {
+				absent(i, FieldDelay, dialect.ColScheduledAt)
+			}
+		}
+		if m.MaxAttempts != 0 && !w.mapping.Has(dialect.ColMaxAttempts) {
+			absent(i, FieldMaxAttempts, dialect.ColMaxAttempts)
+		}
+	}
+	return errors.Join(errs...)
 }

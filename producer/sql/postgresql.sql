@@ -14,8 +14,8 @@
 -- when no relay sleeps makes a relay about to sleep wait for this commit
 -- (the relay's notify/trigger.sql says more).{{ end }}
 WITH ins AS (
-    INSERT INTO {{ .Table }} ({{ col "id" }}, {{ col "topic" }}, {{ col "key" }}, {{ col "payload" }}, {{ col "headers" }}, {{ col "aggregateType" }}, {{ col "state" }}, {{ col "scheduledAt" }}{{ if .MaxAttempts }}, {{ col "maxAttempts" }}{{ end }})
-    SELECT r.id, r.topic, r.key, e.v -> 'payload', r.headers, r.aggregate_type, {{ state "pending" }}, COALESCE(r.scheduled_at, now() + r.delay_us * interval '1 microsecond'){{ if .MaxAttempts }}, r.max_attempts{{ end }}
+    INSERT INTO {{ .Table }} ({{ col "id" }}, {{ col "topic" }}{{ if has "key" }}, {{ col "key" }}{{ end }}, {{ col "payload" }}{{ if has "headers" }}, {{ col "headers" }}{{ end }}{{ if has "aggregateType" }}, {{ col "aggregateType" }}{{ end }}, {{ col "state" }}{{ if has "scheduledAt" }}, {{ col "scheduledAt" }}{{ end }}{{ if .MaxAttempts }}, {{ col "maxAttempts" }}{{ end }})
+    SELECT r.id, r.topic{{ if has "key" }}, r.key{{ end }}, e.v -> 'payload'{{ if has "headers" }}, r.headers{{ end }}{{ if has "aggregateType" }}, r.aggregate_type{{ end }}, {{ state "pending" }}{{ if has "scheduledAt" }}, COALESCE(r.scheduled_at, now() + r.delay_us * interval '1 microsecond'){{ end }}{{ if .MaxAttempts }}, r.max_attempts{{ end }}
     FROM jsonb_array_elements($1::jsonb) AS e(v),
          jsonb_to_record(e.v) AS r(ord integer, id uuid, topic text, key text, headers jsonb, aggregate_type text, scheduled_at timestamptz, delay_us bigint, max_attempts integer)
     ORDER BY r.ord

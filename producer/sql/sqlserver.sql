@@ -7,8 +7,8 @@
 -- clock in UTC (SYSUTCDATETIME() + delay) unless the caller set one. The
 -- payload arrives as a JSON string holding the payload's JSON text (AS JSON
 -- would turn a scalar payload into NULL); headers are always an object.
-INSERT INTO {{ .Table }} ({{ col "id" }}, {{ col "topic" }}, {{ col "key" }}, {{ col "payload" }}, {{ col "headers" }}, {{ col "aggregateType" }}, {{ col "state" }}, {{ col "scheduledAt" }}{{ if .MaxAttempts }}, {{ col "maxAttempts" }}{{ end }})
-SELECT r.id, r.topic, r.[key], r.payload, r.headers, r.aggregate_type, {{ state "pending" }}, COALESCE(r.scheduled_at, DATEADD(microsecond, r.delay_us, DATEADD(second, r.delay_s, SYSUTCDATETIME()))){{ if .MaxAttempts }}, r.max_attempts{{ end }}
+INSERT INTO {{ .Table }} ({{ col "id" }}, {{ col "topic" }}{{ if has "key" }}, {{ col "key" }}{{ end }}, {{ col "payload" }}{{ if has "headers" }}, {{ col "headers" }}{{ end }}{{ if has "aggregateType" }}, {{ col "aggregateType" }}{{ end }}, {{ col "state" }}{{ if has "scheduledAt" }}, {{ col "scheduledAt" }}{{ end }}{{ if .MaxAttempts }}, {{ col "maxAttempts" }}{{ end }})
+SELECT r.id, r.topic{{ if has "key" }}, r.[key]{{ end }}, r.payload{{ if has "headers" }}, r.headers{{ end }}{{ if has "aggregateType" }}, r.aggregate_type{{ end }}, {{ state "pending" }}{{ if has "scheduledAt" }}, COALESCE(r.scheduled_at, DATEADD(microsecond, r.delay_us, DATEADD(second, r.delay_s, SYSUTCDATETIME()))){{ end }}{{ if .MaxAttempts }}, r.max_attempts{{ end }}
 FROM OPENJSON(@p1) WITH (
     ord INT '$.ord',
     id UNIQUEIDENTIFIER '$.id',
