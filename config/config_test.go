@@ -101,7 +101,7 @@ func TestGoodConfig(t *testing.T) {
 				Token: "s3cr3t-nats-token", Timeout: Duration(10 * time.Second), TLS: &TLS{CAFile: "/etc/queuebox/ca.pem"},
 			},
 			"hooks": {
-				Type: "http", URL: "https://hooks.example.com/in/{{ topic }}", Timeout: Duration(5 * time.Second),
+				Type: "http", URL: "https://hooks.example.com/in/{{ topic }}", Timeout: Duration(5 * time.Second), Concurrency: 4,
 				Headers: map[string]string{"X-Source": "queuebox", "X-Api-Key": "k3y-for-hooks"},
 				Auth:    &Auth{Bearer: "b3arer-token-value"},
 			},
@@ -111,7 +111,7 @@ func TestGoodConfig(t *testing.T) {
 			},
 			"billing": {
 				Type: "amqp", URL: "amqp://guest:gu3st-pass@127.0.0.1:5672/", Exchange: "billing.{{ aggregateType }}",
-				ExchangeType: "direct", RoutingKey: "{{ topic }}", Concurrency: 4, Timeout: Duration(10 * time.Second),
+				ExchangeType: "direct", RoutingKey: "{{ topic }}", Timeout: Duration(10 * time.Second),
 				TLS: &TLS{CAFile: "/etc/queuebox/ca.pem"},
 			},
 		},
@@ -608,5 +608,20 @@ relay:
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q: %s", want, msg)
 		}
+	}
+}
+
+// TestConcurrencyOnANonHTTPDestinationWarns: concurrency bounds HTTP
+// requests only; set on another destination it did nothing, silently.
+func TestConcurrencyOnANonHTTPDestinationWarns(t *testing.T) {
+	t.Parallel()
+	src := strings.Replace(minimal, "    subject: \"{{ topic }}\"", "    subject: \"{{ topic }}\"\n    concurrency: 4", 1)
+	cfg, err := Parse([]byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "destinations.events.concurrency: has no effect on a nats destination") {
+		t.Errorf("warnings %q, want one on destinations.events.concurrency", w)
 	}
 }

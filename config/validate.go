@@ -427,6 +427,12 @@ func (v *validator) routes() {
 		if !used[name] && len(routes) > 0 {
 			v.warn("destinations."+name, "not used by any route")
 		}
+		if d := v.cfg.Destinations[name]; d.Concurrency > 0 && d.Type != "http" {
+			// NATS, Kafka and RabbitMQ publish a whole batch at once,
+			// bounded by their own windows; concurrency bounds HTTP
+			// requests only.
+			v.warn("destinations."+name+".concurrency", "has no effect on a %s destination (it bounds HTTP requests in flight; this destination publishes each batch at once)", d.Type)
+		}
 	}
 }
 

@@ -246,6 +246,9 @@ func newRouter(cfg *config.Config) (*router.Router, error) {
 }
 
 func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	for _, w := range cfg.Warnings() {
+		log.Warn("config: " + w)
+	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	rt, err := newRuntime(startCtx, cfg, log)
 	cancel()
