@@ -625,3 +625,21 @@ func TestConcurrencyOnANonHTTPDestinationWarns(t *testing.T) {
 		t.Errorf("warnings %q, want one on destinations.events.concurrency", w)
 	}
 }
+
+// TestQuotedExpansionKeepsTheValue: inside quotes an expanded value is the
+// variable's text exactly, whatever backslashes or quotes it holds.
+func TestQuotedExpansionKeepsTheValue(t *testing.T) {
+	t.Parallel()
+	pw := `s3cr\et"'x`
+	lookup := func(string) (string, bool) { return pw, true }
+	for _, quoted := range []string{`"postgres://u:${PW}@db/app"`, `'postgres://u:${PW}@db/app'`} {
+		src := strings.Replace(minimal, "url: postgres://u:pw@db/app", "url: "+quoted, 1)
+		cfg, err := Parse([]byte(src), lookup)
+		if err != nil {
+			t.Fatalf("%s: %v", quoted, err)
+		}
+		if want := "postgres://u:" + pw + "@db/app"; cfg.Database.URL != want {
+			t.Errorf("%s: url %q, want %q", quoted, cfg.Database.URL, want)
+		}
+	}
+}

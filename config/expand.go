@@ -110,6 +110,16 @@ func expandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, columnMa
 						val = ""
 					}
 				}
+				// The value is the variable's text, whatever the quotes around
+				// it: inside "..." YAML would read a backslash as an escape
+				// (a password s3cr\et became s3cr<ESC>t) and a quote as the
+				// end, inside '...' a quote as the end; escape them there.
+				switch quote {
+				case '"':
+					val = strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(val)
+				case '\'':
+					val = strings.ReplaceAll(val, `'`, `''`)
+				}
 				start := out.Len() - lineStart
 				out.WriteString(val)
 				cols[lineNo] = append(cols[lineNo], span{start, out.Len() - lineStart, i, i + 3 + end})
