@@ -51,3 +51,22 @@ func TestSQLServerDocument(t *testing.T) {
 		t.Errorf("runs %+v", rs)
 	}
 }
+
+func TestHasNULEscape(t *testing.T) {
+	for _, c := range []struct {
+		json string
+		want bool
+	}{
+		{`{"a":"x\u0000y"}`, true},
+		{`"\u0000"`, true},
+		{`"\\u0000"`, false},   // an escaped backslash, then the text u0000
+		{`"\\\u0000"`, true},   // an escaped backslash, then the escape
+		{`"\u00000"`, true},    // the escape, then a 0
+		{`"\u0001 \n"`, false}, // other escapes
+		{`{"u0000":1}`, false},
+	} {
+		if got := hasNULEscape([]byte(c.json)); got != c.want {
+			t.Errorf("hasNULEscape(%s) = %v, want %v", c.json, got, c.want)
+		}
+	}
+}

@@ -196,6 +196,13 @@ func prepare(msgs []Message, d Dialect) ([]row, []string, error) {
 			}
 		}
 
+		if d == PostgreSQL && r.Payload != nil && hasNULEscape(r.Payload) {
+			// Valid JSON, but jsonb refuses it ("unsupported Unicode escape
+			// sequence"): the INSERT would fail and abort the caller's
+			// transaction.
+			bad(i, FieldPayload, `holds the escape \u0000 (a NUL character), which PostgreSQL's jsonb cannot store`)
+			r.Payload = nil
+		}
 		if d == SQLServer && r.Payload != nil {
 			// OPENJSON's AS JSON yields NULL for a scalar document (42,
 			// "text"), so SQL Server gets the JSON text as a JSON string
@@ -258,4 +265,19 @@ func prepare(msgs []Message, d Dialect) ([]row, []string, error) {
 		return nil, nil, errors.Join(errs...)
 	}
 	return rows, ids, nil
+}
+
+// hasNULEscape reports whether JSON text b holds the escape \u0000 (a
+// backslash that is not itself escaped, then u0000).
+func hasNULEscape(b []byte) bool {
+	for i := 0; i+5 < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if b[i+1] == 'u' && string(b[i+2:i+6]) == "0000" {
+			return true
+		}
+		i++ // skip the escaped character (\\ included)
+	}
+	return false
 }

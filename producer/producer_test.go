@@ -51,6 +51,10 @@ func TestValidation(t *testing.T) {
 		{"negative max attempts", producer.Message{Topic: "t", Payload: 1, MaxAttempts: -1}, producer.FieldMaxAttempts, "negative"},
 		{"negative delay", producer.Message{Topic: "t", Payload: 1, Delay: -time.Second}, producer.FieldDelay, "negative"},
 		{"bad id", producer.Message{ID: "order-1", Topic: "t", Payload: 1}, producer.FieldID, "not a UUID"},
+		// Valid JSON that jsonb refuses: the INSERT would abort the caller's
+		// transaction.
+		{"NUL escape in raw json", producer.Message{Topic: "t", Payload: json.RawMessage(`{"a":"x\u0000y"}`)}, producer.FieldPayload, `\u0000`},
+		{"NUL in a marshalled string", producer.Message{Topic: "t", Payload: map[string]string{"a": "x\x00y"}}, producer.FieldPayload, `\u0000`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
