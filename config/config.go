@@ -164,10 +164,26 @@ const (
 // applyDerivedDefaults fills defaults that depend on what the file set:
 // relay.reapInterval (half the lease, at most 5s) and the per-type
 // destination defaults, for keys the file does not name.
+//
+// A default that the file's own values would contradict follows them:
+// relay.maxPollInterval is at least relay.pollInterval, relay.backoff.max at
+// least relay.backoff.base, relay.circuitBreaker.maxOpenFor at least
+// openFor (pollInterval: 2s alone used to fail on "relay.maxPollInterval
+// must be at least 2s, got 1s", a key the file never wrote), and
+// reapInterval is never 0.
 func (v *validator) applyDerivedDefaults() {
 	r := &v.cfg.Relay
 	if _, set := v.seen["relay.reapInterval"]; !set {
-		r.ReapInterval = Duration(min(defaultReapInterval, r.Lease.D()/2))
+		r.ReapInterval = Duration(max(min(defaultReapInterval, r.Lease.D()/2), time.Millisecond))
+	}
+	if !v.set("relay.maxPollInterval") {
+		r.MaxPollInterval = max(r.MaxPollInterval, r.PollInterval)
+	}
+	if !v.set("relay.backoff.max") {
+		r.Backoff.Max = max(r.Backoff.Max, r.Backoff.Base)
+	}
+	if !v.set("relay.circuitBreaker.maxOpenFor") {
+		r.CircuitBreaker.MaxOpenFor = max(r.CircuitBreaker.MaxOpenFor, r.CircuitBreaker.OpenFor)
 	}
 	for name, dst := range v.cfg.Destinations {
 		p := "destinations." + name + "."

@@ -643,3 +643,46 @@ func TestQuotedExpansionKeepsTheValue(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultsFollowTheFilesValues: a default that a value of the file
+// would contradict follows it instead of failing on a key the file never
+// wrote; values the file does write are still checked.
+func TestDefaultsFollowTheFilesValues(t *testing.T) {
+	t.Parallel()
+	src := minimal + `relay:
+  pollInterval: 2s
+  backoff: {base: 2m}
+  circuitBreaker: {openFor: 1m}
+  lease: 1ns
+`
+	cfg, err := Parse([]byte(src), nil)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	r := cfg.Relay
+	if r.MaxPollInterval.D() != 2*time.Second || r.Backoff.Max.D() != 2*time.Minute || r.CircuitBreaker.MaxOpenFor.D() != time.Minute || r.ReapInterval <= 0 {
+		t.Errorf("derived maxPollInterval %v, backoff.max %v, maxOpenFor %v, reapInterval %v", r.MaxPollInterval.D(), r.Backoff.Max.D(), r.CircuitBreaker.MaxOpenFor.D(), r.ReapInterval.D())
+	}
+	_, err = Parse([]byte(minimal+"relay:\n  pollInterval: 2s\n  maxPollInterval: 1s\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "relay.maxPollInterval: must be at least relay.pollInterval") {
+		t.Errorf("a written maxPollInterval below pollInterval: %v, want the error", err)
+	}
+}
+
+// TestRetentionAndNotifyAreValidated: a negative retention value silently
+// kept rows forever (maxAge) or fell back to a default; wake on commit on
+// SQL Server passed check and then failed run.
+func TestRetentionAndNotifyAreValidated(t *testing.T) {
+	t.Parallel()
+	for src, want := range map[string]string{
+		minimal + "retention:\n  sent: {maxAge: -1h}\n": "retention.sent.maxAge: must be 0",
+		minimal + "retention:\n  interval: -1s\n":       "retention.interval: must be 0",
+		minimal + "retention:\n  batchSize: -5\n":       "retention.batchSize: must be 0",
+		strings.Replace(minimal, "database:\n", "database:\n  type: sqlserver\n", 1) + "relay:\n  notify: {channel: qb}\n": "relay.notify: wake on commit needs database.type postgresql",
+		minimal + "relay:\n  notify: {createTrigger: true}\n":                                                              "relay.notify.createTrigger: needs relay.notify.channel",
+	} {
+		if _, err := Parse([]byte(src), nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error containing %q", src, err, want)
+		}
+	}
+}

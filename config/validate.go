@@ -53,6 +53,7 @@ func (v *validator) run() {
 	v.applyDerivedDefaults()
 	v.database()
 	v.relay()
+	v.retention()
 	v.server()
 	v.log()
 	v.destinations()
@@ -101,6 +102,13 @@ func (v *validator) database() {
 	}
 	if db.MaxConns < 0 {
 		v.fail("database.maxConns", "must be 0 (derived) or positive, got %d", db.MaxConns)
+	}
+	if n := v.cfg.Relay.Notify; db.Type == "sqlserver" && (n.Channel != "" || n.CreateTrigger) {
+		// run refused it at start while check passed: say it here, for both.
+		v.fail("relay.notify", "wake on commit needs database.type postgresql (LISTEN/NOTIFY); SQL Server polls: remove relay.notify")
+	}
+	if n := v.cfg.Relay.Notify; n.CreateTrigger && n.Channel == "" {
+		v.fail("relay.notify.createTrigger", "needs relay.notify.channel (the channel the trigger notifies)")
 	}
 	for _, k := range sortedKeys(db.Columns) {
 		// snake_case spellings (aggregate_type) are accepted for the
@@ -201,6 +209,21 @@ func (v *validator) relay() {
 	}
 	if r.Lease > 0 && r.PollInterval >= r.Lease {
 		v.warn("relay.pollInterval", "%s is not shorter than relay.lease (%s)", r.PollInterval, r.Lease)
+	}
+}
+
+func (v *validator) retention() {
+	rt := &v.cfg.Retention
+	for _, c := range []struct {
+		path string
+		d    Duration
+	}{{"retention.sent.maxAge", rt.Sent.MaxAge}, {"retention.dead.maxAge", rt.Dead.MaxAge}, {"retention.interval", rt.Interval}} {
+		if c.d < 0 {
+			v.fail(c.path, "must be 0 (the default) or positive, got %v", c.d.D())
+		}
+	}
+	if rt.BatchSize < 0 {
+		v.fail("retention.batchSize", "must be 0 (the default, 1000) or positive, got %d", rt.BatchSize)
 	}
 }
 
