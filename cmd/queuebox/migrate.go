@@ -57,6 +57,9 @@ create a second one. Use 'queuebox check' to see what it lacks.`,
 				if t == "" {
 					t = "postgresql"
 				}
+				if t != "postgresql" && t != "sqlserver" {
+					return usagef("migrate sql: --type %q: want postgresql or sqlserver", t)
+				}
 				return printMigrations(cmd.OutOrStdout(), t)
 			}
 			cfg, err := loadConfig(g)

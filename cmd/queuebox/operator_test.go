@@ -296,3 +296,16 @@ func TestReplayLeavesAKeyWithARowInFlight(t *testing.T) {
 		t.Fatalf("k's dead row is %s after the second replay, want pending", state(dead))
 	}
 }
+
+// TestMigrateSQLUnknownTypeIsAUsageError: a --type that names no bundled
+// migrations is a usage error (exit 2), like every other bad flag.
+func TestMigrateSQLUnknownTypeIsAUsageError(t *testing.T) {
+	w := newOpWorld(t, "release")
+	code, _, errOut := w.cli(t, "migrate", "sql", "--type", "foo")
+	if code != 2 || !strings.Contains(errOut, `--type "foo": want postgresql or sqlserver`) {
+		t.Fatalf("migrate sql --type foo: exit %d, %s", code, errOut)
+	}
+	if code, out, errOut := w.cli(t, "migrate", "sql", "--type", "postgresql"); code != 0 || !strings.Contains(out, "CREATE TABLE") {
+		t.Fatalf("migrate sql --type postgresql: exit %d, %s", code, errOut)
+	}
+}
