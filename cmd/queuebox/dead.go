@@ -33,6 +33,12 @@ func openInspector(ctx context.Context, g *globalFlags) (*operatorDB, error) {
 	if err != nil {
 		return nil, err
 	}
+	// --log-level and --log-format are checked here for every operator
+	// command, also those that log nothing (stats, dead list): a bad value
+	// is an error, not silently ignored.
+	if _, err := newLogger(io.Discard, g, cfg); err != nil {
+		return nil, err
+	}
 	db, err := openDialect(ctx, cfg)
 	if err != nil {
 		return nil, err

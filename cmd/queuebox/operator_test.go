@@ -309,3 +309,14 @@ func TestMigrateSQLUnknownTypeIsAUsageError(t *testing.T) {
 		t.Fatalf("migrate sql --type postgresql: exit %d, %s", code, errOut)
 	}
 }
+
+// TestOperatorCommandsCheckTheLogFlags: stats and dead list log nothing,
+// but a bad --log-level is still an error there, as on every command.
+func TestOperatorCommandsCheckTheLogFlags(t *testing.T) {
+	w := newOpWorld(t, "release")
+	for _, args := range [][]string{{"--log-level", "loud", "stats"}, {"--log-format", "xml", "dead", "list"}} {
+		if code, _, errOut := w.cli(t, args...); code == 0 || !strings.Contains(errOut, args[1]) {
+			t.Errorf("%v: exit %d, %s; want an error naming %q", args, code, errOut, args[1])
+		}
+	}
+}
