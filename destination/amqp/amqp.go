@@ -486,14 +486,17 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 	// ended by closing the connection's socket when the bound or ctx ends.
 	wctx, cancel := context.WithTimeout(ctx, d.opts.ConfirmTimeout)
 	defer cancel()
+	// Only the bound cuts the socket, never ctx: the connection is every
+	// worker's, and a batch whose context ended (shutdown, a lost lease)
+	// must not fail the others' publishes with it.
 	var writing atomic.Bool
 	writing.Store(true)
-	stopCut := context.AfterFunc(wctx, func() {
+	cut := time.AfterFunc(d.opts.ConfirmTimeout, func() {
 		if writing.Load() && s.raw != nil {
 			_ = s.raw.Close()
 		}
 	})
-	defer stopCut()
+	defer cut.Stop()
 
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	var pubErr error
