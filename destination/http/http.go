@@ -438,17 +438,8 @@ func (d *Destination) statusError(resp *http.Response, target, snippet string) e
 	}
 	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
 		if after, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			err = outbox.RetryAfter(err, min(after, d.maxRetryAfter))
+			return outbox.RetryAfter(err, min(after, d.maxRetryAfter))
 		}
-	}
-	switch code {
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		// A gateway with nothing behind it, or a receiver saying it is
-		// unavailable: the destination is down, not the row. A batch that
-		// gets only these waits without spending attempts (the breaker),
-		// so that rows do not die during an outage of a few tens of
-		// seconds (with the default backoff, five attempts last ~15 s).
-		return outbox.Unavailable(err)
 	}
 	return err
 }

@@ -157,8 +157,7 @@ func TestStatusClasses(t *testing.T) {
 		{400, false, true, false}, {410, false, true, false}, {413, false, true, false}, {422, false, true, false},
 		{401, false, false, true}, {403, false, false, true},
 		{404, false, false, false}, {405, false, false, false}, {408, false, false, false}, {409, false, false, false},
-		{429, false, false, false}, {500, false, false, false}, {501, false, false, false},
-		{502, false, false, true}, {503, false, false, true}, {504, false, false, true},
+		{429, false, false, false}, {500, false, false, false}, {502, false, false, false}, {503, false, false, false},
 	}
 	for _, c := range cases {
 		t.Run(strconv.Itoa(c.code), func(t *testing.T) {

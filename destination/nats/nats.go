@@ -425,12 +425,7 @@ func (d *Destination) classify(err error, subj string, size int) error {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		// No stream answered: none covers the subject (configuration), or
-		// its leader is being elected (seconds). Neither is the row's
-		// fault: a batch that gets only this waits without spending
-		// attempts, so rows do not die while a stream is created or a
-		// cluster elects a leader.
-		return outbox.Unavailable(fmt.Errorf("nats destination %q: no JetStream stream covers subject %q (or its leader is being elected); create a stream or set createStream: %w", d.name, subj, err))
+		return fmt.Errorf("nats destination %q: no JetStream stream covers subject %q; create a stream or set createStream: %w", d.name, subj, err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return outbox.Permanent(fmt.Errorf("nats destination %q: message of %d bytes exceeds the server's max_payload of %d bytes: %w", d.name, size, d.nc.MaxPayload(), err))
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
