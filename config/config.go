@@ -47,13 +47,13 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (*Config, error) 
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
-	expanded, cols, errs := expandEnv(data, lookupEnv)
+	expanded, cols, envValues, errs := expandEnv(data, lookupEnv)
 	if len(errs) > 0 {
 		errs.sort()
 		return nil, errs
 	}
 	cfg := Default()
-	d := &decoder{seen: map[string]pos{}, anchors: map[string]ast.Node{}, cols: cols}
+	d := &decoder{seen: map[string]pos{}, anchors: map[string]ast.Node{}, cols: cols, envValues: envValues}
 	if err := d.parse(expanded, cfg); err != nil {
 		return nil, err
 	}

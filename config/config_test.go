@@ -597,6 +597,13 @@ relay:
 	if err == nil {
 		t.Fatal("Parse accepted a string for a list and an integer")
 	}
+	// A scalar over several lines, the variable on a later one.
+	for _, multi := range []string{"servers: >-\n      ${NATS_URL}", "servers: nats://a,\n      ${NATS_URL}"} {
+		_, err := Parse([]byte(strings.Replace(minimal, "servers: [nats://127.0.0.1:4222]", multi, 1)), lookup)
+		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "not shown") {
+			t.Errorf("%q: %v; want the value hidden", multi, err)
+		}
+	}
 	msg := err.Error()
 	for _, secret := range env {
 		if strings.Contains(msg, secret) {

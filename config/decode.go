@@ -22,7 +22,10 @@ type decoder struct {
 	seen    map[string]pos
 	anchors map[string]ast.Node
 	cols    columnMap
-	merged  int // keys read through merge keys (<<), bounded against alias bombs
+	// envValues are the values ${VAR} expansions inserted: kindOf never
+	// quotes a scalar that holds one.
+	envValues []string
+	merged    int // keys read through merge keys (<<), bounded against alias bombs
 }
 
 // maxMergedKeys bounds the work that merge keys of aliases can cause: a
@@ -126,10 +129,18 @@ func (d *decoder) kindOf(n ast.Node) string {
 	case *ast.NullNode:
 		return "nothing"
 	}
+	text := scalarText(n)
 	if tk := n.GetToken(); tk != nil && d.cols.expandedIn(tk.Position.Line, tk.Position.Column, len(tk.Origin)) {
 		return "a value from the environment (not shown)"
 	}
-	return fmt.Sprintf("%q", scalarText(n))
+	for _, v := range d.envValues {
+		// A scalar over several lines (block or folded), or one that holds
+		// a variable's value among other text.
+		if strings.Contains(text, v) {
+			return "a value from the environment (not shown)"
+		}
+	}
+	return fmt.Sprintf("%q", text)
 }
 
 func scalarText(n ast.Node) string {

@@ -52,10 +52,14 @@ func (m columnMap) orig(line, col int) int {
 // Comments (a "#" at the start of a line or after white space, outside
 // quotes) are left alone. A variable that is unset, with no default, is an
 // error, as is a value with a line break (it would move every later line).
-func expandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, columnMap, Errors) {
+// expandEnv expands ${VAR} and ${VAR:-default} in src. It returns the
+// text, where each expansion was (for error columns), and the non-empty
+// values it inserted (so that errors never quote them: decoder.kindOf).
+func expandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, columnMap, []string, Errors) {
 	if !bytes.Contains(src, []byte("$")) {
-		return src, nil, nil
+		return src, nil, nil, nil
 	}
+	var values []string
 	var out bytes.Buffer
 	out.Grow(len(src))
 	cols := columnMap{}
@@ -120,6 +124,9 @@ func expandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, columnMa
 				case '\'':
 					val = strings.ReplaceAll(val, `'`, `''`)
 				}
+				if val != "" {
+					values = append(values, val)
+				}
 				start := out.Len() - lineStart
 				out.WriteString(val)
 				cols[lineNo] = append(cols[lineNo], span{start, out.Len() - lineStart, i, i + 3 + end})
@@ -131,7 +138,7 @@ func expandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, columnMa
 		}
 	}
 	if len(errs.list) > 0 {
-		return nil, nil, errs.list
+		return nil, nil, nil, errs.list
 	}
-	return out.Bytes(), cols, nil
+	return out.Bytes(), cols, values, nil
 }
