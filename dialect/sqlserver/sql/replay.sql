@@ -30,4 +30,14 @@ SET
 FROM {{ .Table }} AS o WITH (ROWLOCK)
 WHERE o.{{ col "id" }} IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j)
   AND o.{{ col "state" }} = @state
-  AND o.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }});
+  AND o.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})
+{{- if has "key" }}
+  -- A keyed row whose key has a row processing is left (as on PostgreSQL:
+  -- replayed now it would be its key's head while that row is out).
+  AND (o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = N''
+       OR NOT EXISTS (
+           SELECT 1
+           FROM {{ .Table }} AS p
+           WHERE p.{{ col "key" }} = o.{{ col "key" }}
+             AND p.{{ col "state" }} = {{ state "processing" }}))
+{{- end }};

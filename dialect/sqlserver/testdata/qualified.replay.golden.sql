@@ -19,4 +19,12 @@ SET
 FROM [dbo].[outbox] AS o WITH (ROWLOCK)
 WHERE o.[id] IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j)
   AND o.[state] = @state
-  AND o.[state] IN (N'dead', N'sent');
+  AND o.[state] IN (N'dead', N'sent')
+  -- A keyed row whose key has a row processing is left (as on PostgreSQL:
+  -- replayed now it would be its key's head while that row is out).
+  AND (o.[key] IS NULL OR o.[key] = N''
+       OR NOT EXISTS (
+           SELECT 1
+           FROM [dbo].[outbox] AS p
+           WHERE p.[key] = o.[key]
+             AND p.[state] = N'processing'));

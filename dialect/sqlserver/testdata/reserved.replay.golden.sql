@@ -20,4 +20,12 @@ SET
 FROM [order] AS o WITH (ROWLOCK)
 WHERE o.[id] IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j)
   AND o.[select] = @state
-  AND o.[select] IN (N'it''s dead', N'sent');
+  AND o.[select] IN (N'it''s dead', N'sent')
+  -- A keyed row whose key has a row processing is left (as on PostgreSQL:
+  -- replayed now it would be its key's head while that row is out).
+  AND (o.[key] IS NULL OR o.[key] = N''
+       OR NOT EXISTS (
+           SELECT 1
+           FROM [order] AS p
+           WHERE p.[key] = o.[key]
+             AND p.[select] = N'processing'));
