@@ -597,6 +597,13 @@ relay:
 	if err == nil {
 		t.Fatal("Parse accepted a string for a list and an integer")
 	}
+	// A value with a backslash inside double quotes (escaped for YAML, and
+	// read back as the variable holds it) is hidden too.
+	bs := func(string) (string, bool) { return `nats://relay:hun\ter2@nats:4222`, true }
+	_, err2 := Parse([]byte(strings.Replace(minimal, "servers: [nats://127.0.0.1:4222]", `servers: "${NATS_URL}"`, 1)), bs)
+	if err2 == nil || strings.Contains(err2.Error(), "hun") || !strings.Contains(err2.Error(), "not shown") {
+		t.Errorf("quoted value with a backslash: %v; want it hidden", err2)
+	}
 	// A scalar over several lines, the variable on a later one.
 	for _, multi := range []string{"servers: >-\n      ${NATS_URL}", "servers: nats://a,\n      ${NATS_URL}"} {
 		_, err := Parse([]byte(strings.Replace(minimal, "servers: [nats://127.0.0.1:4222]", multi, 1)), lookup)

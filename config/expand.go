@@ -52,9 +52,9 @@ func (m columnMap) orig(line, col int) int {
 // Comments (a "#" at the start of a line or after white space, outside
 // quotes) are left alone. A variable that is unset, with no default, is an
 // error, as is a value with a line break (it would move every later line).
-// expandEnv expands ${VAR} and ${VAR:-default} in src. It returns the
-// text, where each expansion was (for error columns), and the non-empty
-// values it inserted (so that errors never quote them: decoder.kindOf).
+// It returns the text, where each expansion was (for error columns), and
+// the non-empty values it inserted, as the variables hold them (so that
+// errors never quote them: decoder.kindOf).
 func expandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, columnMap, []string, Errors) {
 	if !bytes.Contains(src, []byte("$")) {
 		return src, nil, nil, nil
@@ -114,6 +114,9 @@ func expandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, columnMa
 						val = ""
 					}
 				}
+				if val != "" {
+					values = append(values, val)
+				}
 				// The value is the variable's text, whatever the quotes around
 				// it: inside "..." YAML would read a backslash as an escape
 				// (a password s3cr\et became s3cr<ESC>t) and a quote as the
@@ -123,9 +126,6 @@ func expandEnv(src []byte, lookup func(string) (string, bool)) ([]byte, columnMa
 					val = strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(val)
 				case '\'':
 					val = strings.ReplaceAll(val, `'`, `''`)
-				}
-				if val != "" {
-					values = append(values, val)
 				}
 				start := out.Len() - lineStart
 				out.WriteString(val)

@@ -482,13 +482,13 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 	s.mu.Unlock()
 
 	// The publish and its confirms are bounded by ConfirmTimeout, and a
-	// write the broker blocks (ctx is checked only before each write) is
-	// ended by closing the connection's socket when the bound or ctx ends.
-	wctx, cancel := context.WithTimeout(ctx, d.opts.ConfirmTimeout)
-	defer cancel()
+	// write the broker blocks (amqp091 checks ctx only before each write)
+	// is ended by closing the connection's socket when that bound passes.
 	// Only the bound cuts the socket, never ctx: the connection is every
 	// worker's, and a batch whose context ended (shutdown, a lost lease)
 	// must not fail the others' publishes with it.
+	wctx, cancel := context.WithTimeout(ctx, d.opts.ConfirmTimeout)
+	defer cancel()
 	var writing atomic.Bool
 	writing.Store(true)
 	cut := time.AfterFunc(d.opts.ConfirmTimeout, func() {
