@@ -291,3 +291,139 @@ func TestRowWithoutCreatedAtIsDeliveredNotTimed(t *testing.T) {
 		t.Fatalf("received %d, observed %v: want 2 received and one observation under a minute", received.Load(), acks)
 	}
 }
+
+// TestTableRefusingOneRowHoldsBackNoOther: a trigger of an adopted table
+// refuses, for one row, the update that marks it sent. The rest of the
+// batch is settled all the same (the refused statement is narrowed down to
+// the row), and the refused row goes dead with the table's reason, which
+// releases its key to the key's later row. Where the trigger refuses the
+// dead-lettering too, the row stays processing and nothing else waits on
+// it but its own key.
+func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		refuse   string // the states the trigger refuses for row i = 7
+		want     map[string]int
+		lastErr  string // of row 7
+		requests int64
+	}{
+		{"refuses sent", "('sent')", map[string]int{"sent": 19, "dead": 1}, "refused to mark the row sent", 20},
+		// Row 17 shares row 7's key and waits behind it.
+		{"refuses sent and dead", "('sent', 'dead')", map[string]int{"sent": 18, "processing": 1, "pending": 1}, "", 19},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pg := testenv.Postgres(t)
+			ctx := context.Background()
+			if _, err := pg.Pool.Exec(ctx, `CREATE FUNCTION refuse_seven() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN
+					IF NEW.payload->>'i' = '7' AND NEW.state IN `+tc.refuse+` THEN
+						RAISE EXCEPTION 'row 7 may not become %', NEW.state;
+					END IF;
+					RETURN NEW;
+				END $$`); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS refuse_seven() CASCADE`) })
+			if _, err := pg.Pool.Exec(ctx, `CREATE TRIGGER refuse_seven BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_seven()`); err != nil {
+				t.Fatal(err)
+			}
+			var requests atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			t.Cleanup(srv.Close)
+
+			insertRows(t, pg.Pool, 20, "hook.created", 5)
+			startEngine(t, pg, srv.URL, nil, relay.Options{
+				BatchSize: 100, Lease: 30 * time.Second, // no lease expires during the test
+				PollInterval: 10 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond,
+			})
+			var last map[string]rowSummary
+			settled := func() bool {
+				last = summary(t, pg.Pool)
+				for state, n := range tc.want {
+					if last[state].n != n {
+						return false
+					}
+				}
+				return true
+			}
+			for deadline := time.Now().Add(15 * time.Second); !settled(); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("rows did not settle as %v within 15s: %v", tc.want, last)
+				}
+			}
+			if got := requests.Load(); got != tc.requests {
+				t.Errorf("receiver got %d requests, want %d", got, tc.requests)
+			}
+			var state, lastErr string
+			if err := pg.Pool.QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM outbox WHERE payload->>'i' = '7'`).Scan(&state, &lastErr); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("row 7: %s, last_error %q", state, lastErr)
+			if tc.lastErr != "" && (!strings.Contains(lastErr, tc.lastErr) || !strings.Contains(lastErr, "row 7 may not become sent")) {
+				t.Errorf("row 7: state %s, last_error %q; want the table's reason", state, lastErr)
+			}
+		})
+	}
+}
+
+// wroteCounter is a relay.Observer that counts settlement statements.
+type wroteCounter struct {
+	relay.NopObserver
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (w *wroteCounter) Wrote(op string, _ time.Duration, _ error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n[op]++
+}
+
+func (w *wroteCounter) count(op string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n[op]
+}
+
+// TestTableRefusingEveryRowCostsBoundedStatements: a table that refuses to
+// mark any row sent (a trigger) makes the narrowing-down give up after a
+// bounded number of statements, not one per row of the batch.
+func TestTableRefusingEveryRowCostsBoundedStatements(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, `CREATE FUNCTION refuse_sent() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.state = 'sent' THEN RAISE EXCEPTION 'no row may become sent'; END IF;
+			RETURN NEW;
+		END $$`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS refuse_sent() CASCADE`) })
+	if _, err := pg.Pool.Exec(ctx, `CREATE TRIGGER refuse_sent BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_sent()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, payload) SELECT 'hook.created', json_build_object('i', i) FROM generate_series(1, 500) i`); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(srv.Close)
+	obs := &wroteCounter{n: map[string]int{}}
+	startEngine(t, pg, srv.URL, nil, relay.Options{
+		BatchSize: 500, InflightBatches: 1, Lease: 30 * time.Second,
+		PollInterval: 10 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Observer: obs,
+	})
+	// The rows narrowed down to one go dead; the rest wait for their lease.
+	testenv.Eventually(t, 15*time.Second, func() bool { return summary(t, pg.Pool)["dead"].n > 0 }, "no refused row went dead")
+	time.Sleep(200 * time.Millisecond) // let the batch's settlement finish
+	s := summary(t, pg.Pool)
+	if s["sent"].n != 0 || s["dead"].n+s["processing"].n != 500 {
+		t.Fatalf("rows %+v: want none sent, every row dead or processing", s)
+	}
+	if n := obs.count("complete"); n < 2 || n > 65 {
+		t.Fatalf("%d complete statements for one batch of 500 refused rows; want the narrowing-down bounded (2..65)", n)
+	}
+	t.Logf("complete statements: %d, dead rows: %d", obs.count("complete"), s["dead"].n)
+}

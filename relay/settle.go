@@ -43,10 +43,16 @@ const maxErrorLen = 1024
 // lasted (thousands of claims a second).
 func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) (report func(committed bool), pause time.Duration) {
 	var (
-		sent    []string
-		sentBy  = map[string]int{}
-		retries []dialect.RetryItem
-		retryBy = map[string]int{}
+		sent []string
+		// sentMsg and sentDest are sent's messages and destinations, and
+		// retryFrom says where each of retries is counted, index for
+		// index: for a row the table refuses to settle (write).
+		sentMsg   []*outbox.Message
+		sentDest  []string
+		sentBy    = map[string]int{}
+		retries   []dialect.RetryItem
+		retryFrom []counted
+		retryBy   = map[string]int{}
 		// deferredBy counts rows whose destination was unavailable.
 		deferredBy = map[string]int{}
 		deferred   int
@@ -63,6 +69,8 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		m := o.msg
 		if o.err == nil {
 			sent = append(sent, m.ID)
+			sentMsg = append(sentMsg, m)
+			sentDest = append(sentDest, o.dest)
 			sentBy[o.dest]++
 			continue
 		}
@@ -87,6 +95,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 				delay = min(max(d, 0), e.opt.Backoff.Max)
 			}
 			retries = append(retries, dialect.RetryItem{ID: m.ID, Attempt: m.Attempt, Delay: delay, Error: reason})
+			retryFrom = append(retryFrom, counted{deferredBy, o.dest})
 			deferredBy[o.dest]++
 			if deferred == 0 || delay < minDefer {
 				minDefer = delay
@@ -109,6 +118,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 				delay = min(max(d, 0), e.opt.Backoff.Max)
 			}
 			retries = append(retries, dialect.RetryItem{ID: m.ID, Attempt: attempt, Delay: delay, Error: reason})
+			retryFrom = append(retryFrom, counted{retryBy, o.dest})
 			retryBy[o.dest]++
 			if firstRetry[o.dest] == "" {
 				firstRetry[o.dest] = reason
@@ -117,24 +127,62 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		}
 	}
 
+	// A statement the table refuses for some of its rows (a trigger or a
+	// constraint of an adopted table) is narrowed down to those rows, so
+	// that it does not hold back the rest of the batch; the rows it refuses
+	// are dead-lettered with the reason where the table allows that.
+	var (
+		refusedDeads []dialect.DeadItem
+		refusedFrom  []counted
+	)
 	if len(sent) > 0 {
-		e.write(log, "complete", token, len(sent), func(ctx context.Context) (int64, error) {
-			return e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: sent})
+		refused, why := e.write(log, "complete", token, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
+			return e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: sent[lo:hi]})
 		})
+		for _, i := range refused {
+			m := sentMsg[i]
+			refusedDeads = append(refusedDeads, dialect.DeadItem{ID: m.ID, Attempt: m.Attempt + 1,
+				Error: e.refusal("delivered, but the table refused to mark the row sent", why)})
+			refusedFrom = append(refusedFrom, counted{sentBy, sentDest[i]})
+		}
 	}
 	if len(retries) > 0 {
-		e.write(log, "retry", token, len(retries), func(ctx context.Context) (int64, error) {
-			return e.db.Retry(ctx, dialect.RetryParams{Token: token, Items: retries})
+		refused, why := e.write(log, "retry", token, len(retries), func(ctx context.Context, lo, hi int) (int64, error) {
+			return e.db.Retry(ctx, dialect.RetryParams{Token: token, Items: retries[lo:hi]})
 		})
+		for _, i := range refused {
+			it := retries[i]
+			refusedDeads = append(refusedDeads, dialect.DeadItem{ID: it.ID, Attempt: it.Attempt,
+				Error: e.refusal("the table refused the row's retry after: "+it.Error, why)})
+			refusedFrom = append(refusedFrom, retryFrom[i])
+		}
 	}
+	first := len(deads)
+	deads = append(deads, refusedDeads...)
 	if len(deads) > 0 {
-		e.write(log, "dead", token, len(deads), func(ctx context.Context) (int64, error) {
-			return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: deads})
+		refused, why := e.write(log, "dead", token, len(deads), func(ctx context.Context, lo, hi int) (int64, error) {
+			return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: deads[lo:hi]})
 		})
+		stuck := map[int]bool{}
+		for _, i := range refused {
+			stuck[i] = true
+			log.Error("the table refuses every settlement of this row: it stays processing, and is delivered again (same id) when its lease expires; "+
+				"fix the trigger or constraint named in the error, or delete the row",
+				"op", "dead", "token", token, "id", deads[i].ID, "err", why)
+		}
+		// A row the table would not mark sent or retry, but let die, is
+		// counted dead.
+		for j, from := range refusedFrom {
+			if !stuck[first+j] {
+				log.Warn("row dead: the table refused its settlement", "id", deads[first+j].ID, "destination", from.dest, "err", deads[first+j].Error)
+				from.by[from.dest]--
+				deadBy[from.dest]++
+			}
+		}
 	}
 	if len(released) > 0 {
-		e.write(log, "release", token, len(released), func(ctx context.Context) (int64, error) {
-			return e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: released})
+		e.write(log, "release", token, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
+			return e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: released[lo:hi]})
 		})
 	}
 	// The outcomes are reported once the caller knows they are durable:
@@ -193,14 +241,75 @@ func (e *Engine) reason(o *outcome) string {
 	return redact.Truncate(redact.OneLine(redact.String(s, e.opt.Secrets...)), maxErrorLen)
 }
 
-// write runs one fenced settlement statement. A database error is retried
-// with backoff for up to one lease: after that the rows have gone back to
-// pending anyway and another claim will deliver them again. Rows the
-// statement did not change were no longer ours: they are counted as lost,
-// not retried.
-func (e *Engine) write(log *slog.Logger, op, token string, want int, fn func(context.Context) (int64, error)) {
+// counted names the counter, and its destination, that an outcome was
+// counted in.
+type counted struct {
+	by   map[string]int
+	dest string
+}
+
+// refusal is the last_error text of a row whose settlement the table
+// refused.
+func (e *Engine) refusal(what string, err error) string {
+	return redact.Truncate(redact.OneLine(redact.String(what+": "+err.Error(), e.opt.Secrets...)), maxErrorLen)
+}
+
+// maxSplitStatements bounds the statements write spends narrowing down the
+// rows a statement refuses: one refused row of a batch of 1,000 takes 20,
+// and a statement refused for every row (a missing permission) must not
+// cost thousands.
+const maxSplitStatements = 64
+
+// write runs one fenced settlement statement over rows [0, n), through fn
+// on a range of them. A database error is retried with backoff for up to
+// one lease: after that the rows have gone back to pending anyway and
+// another claim will deliver them again. Rows the statement did not change
+// were no longer ours: they are counted as lost, not retried.
+//
+// A permanent error (the table refused the statement: a trigger, a
+// constraint) is narrowed down by halving the range, in lease mode, so that
+// one row the table refuses does not send the whole batch back to pending
+// at every lease expiry, to be delivered and refused again. refused lists
+// the rows the table refused on their own, and why is the first such
+// error. In lock mode a failed statement has rolled back the batch's
+// transaction: nothing can be narrowed, and the batch is delivered again.
+func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx context.Context, lo, hi int) (int64, error)) (refused []int, why error) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
 	defer cancel()
+	_, lockMode := e.db.(dialect.BatchCommitter)
+	budget := maxSplitStatements
+	var run func(lo, hi int)
+	run = func(lo, hi int) {
+		err := e.writeRange(ctx, log, op, token, hi-lo, func(ctx context.Context) (int64, error) { return fn(ctx, lo, hi) })
+		switch {
+		case err == nil:
+		case !outbox.IsPermanent(err) || ctx.Err() != nil || lockMode || budget <= 0:
+			log.Error("could not settle rows; they return to pending when the lease expires and are delivered again (same ids)",
+				"op", op, "token", token, "rows", hi-lo, "err", err)
+		case hi-lo == 1:
+			refused = append(refused, lo)
+			if why == nil {
+				why = err
+			}
+		default:
+			if lo == 0 && hi == n {
+				log.Warn("the table refused a settlement statement; narrowing it down to the rows it refuses",
+					"op", op, "token", token, "rows", n, "err", err)
+			}
+			budget -= 2
+			mid := lo + (hi-lo)/2
+			run(lo, mid)
+			run(mid, hi)
+		}
+	}
+	run(0, n)
+	return refused, why
+}
+
+// writeRange runs fn, retrying a failure that a later attempt can get past
+// until ctx ends, and counts the rows it did not change as lost. It
+// returns the last error when fn did not succeed.
+func (e *Engine) writeRange(ctx context.Context, log *slog.Logger, op, token string, want int, fn func(context.Context) (int64, error)) error {
 	wait := 50 * time.Millisecond
 	for {
 		start := time.Now()
@@ -212,12 +321,10 @@ func (e *Engine) write(log *slog.Logger, op, token string, want int, fn func(con
 				log.Warn("claim lost before settling: rows were reclaimed after the lease expired; another relay delivers them (same ids)",
 					"op", op, "token", token, "lost", lost, "of", want, "err", outbox.ErrLeaseLost)
 			}
-			return
+			return nil
 		}
 		if outbox.IsPermanent(err) || ctx.Err() != nil {
-			log.Error("could not settle rows; they return to pending when the lease expires and are delivered again (same ids)",
-				"op", op, "token", token, "rows", want, "err", err)
-			return
+			return err
 		}
 		log.Warn("settling rows failed; retrying", "op", op, "token", token, "rows", want, "err", err, "retry_in", wait)
 		select {

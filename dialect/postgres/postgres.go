@@ -367,7 +367,8 @@ func (d *Dialect) exec(ctx context.Context, name string, args ...any) (int64, er
 // classified. Connection-level failures, serialization failures, deadlocks
 // and server shutdowns stay retryable (the outbox default for any error);
 // errors that no retry can fix (bad data, violated constraints, a table or
-// column that does not exist) are marked outbox.Permanent. Errors are told
+// column that does not exist, a trigger that raises an exception) are
+// marked outbox.Permanent. Errors are told
 // apart by SQLSTATE and type, never by text.
 func interpretError(query string, err error) error {
 	if err == nil {
@@ -386,7 +387,8 @@ func interpretError(query string, err error) error {
 		case "22", // data exception
 			"23", // integrity constraint violation
 			"42", // syntax error or access rule violation (missing table/column, no permission)
-			"0A": // feature not supported
+			"0A", // feature not supported
+			"P0": // PL/pgSQL: a trigger's RAISE EXCEPTION, an ASSERT
 			return outbox.Permanent(wrapped)
 		}
 	}

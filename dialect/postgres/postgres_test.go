@@ -304,7 +304,7 @@ func TestMappingRejectsInjection(t *testing.T) {
 }
 
 func TestInterpretError(t *testing.T) {
-	perm := []string{"23505", "22P02", "42P01", "42703"}
+	perm := []string{"23505", "22P02", "42P01", "42703", "P0001"}
 	for _, code := range perm {
 		if err := interpretError("q", &pgconn.PgError{Code: code}); !outbox.IsPermanent(err) {
 			t.Errorf("%s: not permanent", code)

@@ -86,7 +86,13 @@ var permanentNumbers = map[int32]string{
 	334:   "OUTPUT without INTO on a table with triggers",
 	8116:  "argument data type invalid for function",
 	195:   "not a recognized built-in function",
+	3609:  "the transaction ended in a trigger",
 }
+
+// firstUserError is the lowest error number of a user-defined error: THROW
+// and RAISERROR in a trigger on an adopted table. Such a trigger refuses
+// the change on purpose; no retry can change its mind.
+const firstUserError = 50000
 
 // classify is the one place where SQL Server and driver errors are told
 // apart, by error number and type, never by message text.
@@ -108,7 +114,7 @@ func classify(err error) errorClass {
 			}
 		}
 		for _, n := range numbers {
-			if _, ok := permanentNumbers[n]; ok {
+			if _, ok := permanentNumbers[n]; ok || n >= firstUserError {
 				return classPermanent
 			}
 		}

@@ -34,6 +34,9 @@ func TestSQLServerInterpretError(t *testing.T) {
 		{"azure resources 49919", num(49919), classRetryable},
 		{"azure resources 49920", num(49920), classRetryable},
 		{"unique constraint 2627", num(2627), classPermanent},
+		{"a trigger's THROW 51000", num(51000), classPermanent},
+		{"a trigger's RAISERROR with a message", num(50000), classPermanent},
+		{"a trigger's ROLLBACK 3609", num(3609), classPermanent},
 		{"unique index 2601", num(2601), classPermanent},
 		{"check or foreign key 547", num(547), classPermanent},
 		{"conversion 245", num(245), classPermanent},
@@ -44,7 +47,7 @@ func TestSQLServerInterpretError(t *testing.T) {
 		{"bad JSON 13609", num(13609), classPermanent},
 		{"invalid object 208", num(208), classPermanent},
 		{"invalid column 207", num(207), classPermanent},
-		{"unknown number", num(50000), classUnknown},
+		{"unknown number", num(12345), classUnknown},
 		// A batch that reports several errors: the deadlock counts even
 		// when it is not the last one, and wins over a permanent one.
 		{"deadlock among several", mssql.Error{Number: 3621, All: []mssql.Error{{Number: 1205}, {Number: 3621}}}, classRetryable},
