@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -63,9 +64,20 @@ type harness struct {
 
 func startEngine(t *testing.T, pg *testenv.PG, hookURL string, routes []router.RouteSpec, opt relay.Options) context.CancelFunc {
 	t.Helper()
+	return startEngineWrapped(t, pg, nil, hookURL, routes, opt)
+}
+
+// startEngineWrapped is startEngine with the PostgreSQL dialect wrapped by
+// wrap (when not nil), to stage a database fault.
+func startEngineWrapped(t *testing.T, pg *testenv.PG, wrap func(dialect.Dialect) dialect.Dialect, hookURL string, routes []router.RouteSpec, opt relay.Options) context.CancelFunc {
+	t.Helper()
+	var db dialect.Dialect
 	db, err := postgres.New(pg.Pool, dialect.DefaultMapping())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		db = wrap(db)
 	}
 	hooks, err := httpdest.New(context.Background(), httpdest.Options{Name: "hooks", URL: hookURL + "/{{ topic }}", Timeout: 2 * time.Second}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -426,4 +438,54 @@ func TestTableRefusingEveryRowCostsBoundedStatements(t *testing.T) {
 		t.Fatalf("%d complete statements for one batch of 500 refused rows; want the narrowing-down bounded (2..65)", n)
 	}
 	t.Logf("complete statements: %d, dead rows: %d", obs.count("complete"), s["dead"].n)
+}
+
+// replyLost is a dialect whose first Complete commits but reports a lost
+// connection, as when the server's reply never reached the relay.
+type replyLost struct {
+	dialect.Dialect
+	once sync.Once
+}
+
+func (d *replyLost) Complete(ctx context.Context, p dialect.CompleteParams) (int64, error) {
+	n, err := d.Dialect.Complete(ctx, p)
+	lost := false
+	d.once.Do(func() { lost = true })
+	if err == nil && lost {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+	}
+	return n, err
+}
+
+// lostCounter is a relay.Observer that counts lost claims and settled
+// rows.
+type lostCounter struct {
+	relay.NopObserver
+	lost, settled atomic.Int64
+}
+
+func (l *lostCounter) Lost(n int)                               { l.lost.Add(int64(n)) }
+func (l *lostCounter) Settled(_ string, _ relay.Outcome, n int) { l.settled.Add(int64(n)) }
+
+// TestSettleRetryAfterLostReplyIsNoLostClaim: a completion that committed
+// but whose reply was lost is retried; the retry changes nothing, because
+// the rows are sent already. That is not a lost claim: the alert on
+// queuebox_claims_lost_total must not fire for it.
+func TestSettleRetryAfterLostReplyIsNoLostClaim(t *testing.T) {
+	pg := testenv.Postgres(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(srv.Close)
+	insertRows(t, pg.Pool, 10, "hook.created", 5)
+	obs := &lostCounter{}
+	startEngineWrapped(t, pg, func(d dialect.Dialect) dialect.Dialect { return &replyLost{Dialect: d} }, srv.URL, nil, relay.Options{
+		PollInterval: 10 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Observer: obs,
+	})
+	// Settled is reported once the batch's settlement is over.
+	testenv.Eventually(t, 10*time.Second, func() bool { return obs.settled.Load() == 10 }, "rows not settled")
+	if s := summary(t, pg.Pool); s["sent"].n != 10 {
+		t.Fatalf("rows %+v; want 10 sent", s)
+	}
+	if n := obs.lost.Load(); n != 0 {
+		t.Fatalf("%d claims counted lost after a retried completion whose first attempt had committed; want 0", n)
+	}
 }

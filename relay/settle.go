@@ -307,22 +307,34 @@ func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx co
 }
 
 // writeRange runs fn, retrying a failure that a later attempt can get past
-// until ctx ends, and counts the rows it did not change as lost. It
+// until ctx ends, and counts the rows it did not change as lost (unless an
+// attempt failed before: then they may be its own). It
 // returns the last error when fn did not succeed.
 func (e *Engine) writeRange(ctx context.Context, log *slog.Logger, op, token string, want int, fn func(context.Context) (int64, error)) error {
 	wait := 50 * time.Millisecond
+	failed := false // an attempt failed before this one
 	for {
 		start := time.Now()
 		n, err := fn(ctx)
 		e.obs.Wrote(op, time.Since(start), err)
 		if err == nil {
-			if lost := want - int(n); lost > 0 {
+			switch lost := want - int(n); {
+			case lost <= 0:
+			case failed:
+				// An attempt that failed may have committed before its
+				// reply was lost: the rows this one did not change may be
+				// settled already, by that attempt, or reclaimed. They are
+				// not counted as lost claims, which alert.
+				log.Warn("a retried settlement changed fewer rows than it asked for: the failed attempt before it committed them, or they were reclaimed after the lease expired and another relay delivers them (same ids)",
+					"op", op, "token", token, "unchanged", lost, "of", want)
+			default:
 				e.obs.Lost(lost)
 				log.Warn("claim lost before settling: rows were reclaimed after the lease expired; another relay delivers them (same ids)",
 					"op", op, "token", token, "lost", lost, "of", want, "err", outbox.ErrLeaseLost)
 			}
 			return nil
 		}
+		failed = true
 		if outbox.IsPermanent(err) || ctx.Err() != nil {
 			return err
 		}
