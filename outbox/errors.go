@@ -89,3 +89,27 @@ func IsUnavailable(err error) bool {
 	var u *unavailableError
 	return errors.As(err, &u)
 }
+
+type maybeAppliedError struct{ err error }
+
+func (e *maybeAppliedError) Error() string { return e.err.Error() }
+func (e *maybeAppliedError) Unwrap() error { return e.err }
+
+// MaybeApplied marks a database error after which the statement may have
+// run and committed all the same: the connection broke, or the context
+// ended, after the statement was sent. A dialect marks such errors; a
+// statement that the server refused, or that was never sent, is not
+// marked. MaybeApplied(nil) is nil.
+func MaybeApplied(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &maybeAppliedError{err: err}
+}
+
+// IsMaybeApplied reports whether err, or an error it wraps, was marked
+// MaybeApplied.
+func IsMaybeApplied(err error) bool {
+	var m *maybeAppliedError
+	return errors.As(err, &m)
+}

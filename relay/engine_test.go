@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
 	"github.com/queuebox/queuebox/relay"
 	"github.com/queuebox/queuebox/router"
 )
@@ -318,10 +320,13 @@ func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 		want     map[string]int
 		lastErr  string // of row 7
 		requests int64
+		outcomes map[relay.Outcome]int64 // as the observer counts them
 	}{
-		{"refuses sent", "('sent')", map[string]int{"sent": 19, "dead": 1}, "refused to mark the row sent", 20},
+		{"refuses sent", "('sent')", map[string]int{"sent": 19, "dead": 1}, "refused to mark the row sent", 20,
+			map[relay.Outcome]int64{relay.OutcomeSent: 19, relay.OutcomeDead: 1}},
 		// Row 17 shares row 7's key and waits behind it.
-		{"refuses sent and dead", "('sent', 'dead')", map[string]int{"sent": 18, "processing": 1, "pending": 1}, "", 19},
+		{"refuses sent and dead", "('sent', 'dead')", map[string]int{"sent": 18, "processing": 1, "pending": 1}, "", 19,
+			map[relay.Outcome]int64{relay.OutcomeSent: 18}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pg := testenv.Postgres(t)
@@ -347,9 +352,11 @@ func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 			t.Cleanup(srv.Close)
 
 			insertRows(t, pg.Pool, 20, "hook.created", 5)
+			obs := &outcomeCounter{n: map[relay.Outcome]int64{}}
 			startEngine(t, pg, srv.URL, nil, relay.Options{
 				BatchSize: 100, Lease: 30 * time.Second, // no lease expires during the test
 				PollInterval: 10 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond,
+				Observer: obs,
 			})
 			var last map[string]rowSummary
 			settled := func() bool {
@@ -369,6 +376,16 @@ func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 			if got := requests.Load(); got != tc.requests {
 				t.Errorf("receiver got %d requests, want %d", got, tc.requests)
 			}
+			// The second batch's outcomes are reported after its rows are
+			// written: wait for them.
+			var want int64
+			for _, n := range tc.outcomes {
+				want += n
+			}
+			testenv.Eventually(t, 5*time.Second, func() bool { return obs.total() == want }, "outcomes not reported")
+			if got := obs.snapshot(); !maps.Equal(got, tc.outcomes) {
+				t.Errorf("outcomes counted %v, want %v", got, tc.outcomes)
+			}
 			var state, lastErr string
 			if err := pg.Pool.QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM outbox WHERE payload->>'i' = '7'`).Scan(&state, &lastErr); err != nil {
 				t.Fatal(err)
@@ -379,6 +396,34 @@ func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outcomeCounter is a relay.Observer that counts settled rows by outcome.
+type outcomeCounter struct {
+	relay.NopObserver
+	mu sync.Mutex
+	n  map[relay.Outcome]int64
+}
+
+func (c *outcomeCounter) Settled(_ string, o relay.Outcome, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n != 0 {
+		c.n[o] += int64(n)
+	}
+}
+
+func (c *outcomeCounter) snapshot() map[relay.Outcome]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+func (c *outcomeCounter) total() (sum int64) {
+	for _, n := range c.snapshot() {
+		sum += n
+	}
+	return sum
 }
 
 // wroteCounter is a relay.Observer that counts settlement statements.
@@ -429,21 +474,22 @@ func TestTableRefusingEveryRowCostsBoundedStatements(t *testing.T) {
 	})
 	// The rows narrowed down to one go dead; the rest wait for their lease.
 	testenv.Eventually(t, 15*time.Second, func() bool { return summary(t, pg.Pool)["dead"].n > 0 }, "no refused row went dead")
-	time.Sleep(200 * time.Millisecond) // let the batch's settlement finish
 	s := summary(t, pg.Pool)
 	if s["sent"].n != 0 || s["dead"].n+s["processing"].n != 500 {
 		t.Fatalf("rows %+v: want none sent, every row dead or processing", s)
 	}
+	// The statement, and at most 64 more to narrow it down.
 	if n := obs.count("complete"); n < 2 || n > 65 {
 		t.Fatalf("%d complete statements for one batch of 500 refused rows; want the narrowing-down bounded (2..65)", n)
 	}
 	t.Logf("complete statements: %d, dead rows: %d", obs.count("complete"), s["dead"].n)
 }
 
-// replyLost is a dialect whose first Complete commits but reports a lost
-// connection, as when the server's reply never reached the relay.
+// replyLost is a dialect whose first Complete commits but reports err, as
+// when the server's reply never reached the relay.
 type replyLost struct {
 	dialect.Dialect
+	err  error
 	once sync.Once
 }
 
@@ -452,7 +498,7 @@ func (d *replyLost) Complete(ctx context.Context, p dialect.CompleteParams) (int
 	lost := false
 	d.once.Do(func() { lost = true })
 	if err == nil && lost {
-		return 0, &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+		return 0, d.err
 	}
 	return n, err
 }
@@ -467,25 +513,40 @@ type lostCounter struct {
 func (l *lostCounter) Lost(n int)                               { l.lost.Add(int64(n)) }
 func (l *lostCounter) Settled(_ string, _ relay.Outcome, n int) { l.settled.Add(int64(n)) }
 
-// TestSettleRetryAfterLostReplyIsNoLostClaim: a completion that committed
-// but whose reply was lost is retried; the retry changes nothing, because
-// the rows are sent already. That is not a lost claim: the alert on
-// queuebox_claims_lost_total must not fire for it.
-func TestSettleRetryAfterLostReplyIsNoLostClaim(t *testing.T) {
-	pg := testenv.Postgres(t)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	t.Cleanup(srv.Close)
-	insertRows(t, pg.Pool, 10, "hook.created", 5)
-	obs := &lostCounter{}
-	startEngineWrapped(t, pg, func(d dialect.Dialect) dialect.Dialect { return &replyLost{Dialect: d} }, srv.URL, nil, relay.Options{
-		PollInterval: 10 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Observer: obs,
-	})
-	// Settled is reported once the batch's settlement is over.
-	testenv.Eventually(t, 10*time.Second, func() bool { return obs.settled.Load() == 10 }, "rows not settled")
-	if s := summary(t, pg.Pool); s["sent"].n != 10 {
-		t.Fatalf("rows %+v; want 10 sent", s)
-	}
-	if n := obs.lost.Load(); n != 0 {
-		t.Fatalf("%d claims counted lost after a retried completion whose first attempt had committed; want 0", n)
+// TestSettleRetryAfterLostReply: a completion that committed but whose
+// reply was lost (the dialect marks the error outbox.MaybeApplied) is
+// retried; the retry changes nothing, because the rows are sent already.
+// That is not a lost claim: the alert on queuebox_claims_lost_total must
+// not fire for it. After a failure that surely did not apply (a deadlock,
+// say), the rows a retry does not change were reclaimed, and are counted
+// lost. (The dialect here applies the first attempt and reports such a
+// failure all the same, to stage that case.)
+func TestSettleRetryAfterLostReply(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		err      error
+		wantLost int64
+	}{
+		{"maybe applied", outbox.MaybeApplied(&net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}), 0},
+		{"surely not applied", errors.New("deadlock detected"), 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pg := testenv.Postgres(t)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+			t.Cleanup(srv.Close)
+			insertRows(t, pg.Pool, 10, "hook.created", 5)
+			obs := &lostCounter{}
+			startEngineWrapped(t, pg, func(d dialect.Dialect) dialect.Dialect { return &replyLost{Dialect: d, err: tc.err} }, srv.URL, nil, relay.Options{
+				PollInterval: 10 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Observer: obs,
+			})
+			// Settled is reported once the batch's settlement is over.
+			testenv.Eventually(t, 10*time.Second, func() bool { return obs.settled.Load() == 10 }, "rows not settled")
+			if s := summary(t, pg.Pool); s["sent"].n != 10 {
+				t.Fatalf("rows %+v; want 10 sent", s)
+			}
+			if n := obs.lost.Load(); n != tc.wantLost {
+				t.Fatalf("%d claims counted lost after a retried completion whose first attempt had committed; want %d", n, tc.wantLost)
+			}
+		})
 	}
 }

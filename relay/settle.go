@@ -58,6 +58,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		deferred   int
 		minDefer   time.Duration
 		deads      []dialect.DeadItem
+		deadFrom   []counted
 		deadBy     = map[string]int{}
 		released   []string
 		// One log line per destination and batch for retries: a broker
@@ -106,10 +107,12 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			}
 		case permanent:
 			deads = append(deads, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
+			deadFrom = append(deadFrom, counted{deadBy, o.dest})
 			deadBy[o.dest]++
 			log.Warn("row dead: permanent failure", append(attrs, "err", reason)...)
 		case attempt >= maxAttempts:
 			deads = append(deads, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
+			deadFrom = append(deadFrom, counted{deadBy, o.dest})
 			deadBy[o.dest]++
 			log.Warn("row dead: attempts exhausted", append(attrs, "max_attempts", maxAttempts, "err", reason)...)
 		default:
@@ -129,61 +132,59 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 
 	// A statement the table refuses for some of its rows (a trigger or a
 	// constraint of an adopted table) is narrowed down to those rows, so
-	// that it does not hold back the rest of the batch; the rows it refuses
-	// are dead-lettered with the reason where the table allows that.
-	var (
-		refusedDeads []dialect.DeadItem
-		refusedFrom  []counted
-	)
+	// that it does not hold back the rest of the batch (write). A row the
+	// table would not mark sent or retry is then dead-lettered with the
+	// table's reason, where the table allows that (deadLetter).
+	type refusedRow struct {
+		item dialect.DeadItem
+		from counted
+	}
+	var refusedRows []refusedRow
 	if len(sent) > 0 {
-		refused, why := e.write(log, "complete", token, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
+		for _, r := range e.write(log, "complete", token, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: sent[lo:hi]})
-		})
-		for _, i := range refused {
-			m := sentMsg[i]
-			refusedDeads = append(refusedDeads, dialect.DeadItem{ID: m.ID, Attempt: m.Attempt + 1,
-				Error: e.refusal("delivered, but the table refused to mark the row sent", why)})
-			refusedFrom = append(refusedFrom, counted{sentBy, sentDest[i]})
+		}) {
+			m := sentMsg[r.i]
+			refusedRows = append(refusedRows, refusedRow{
+				dialect.DeadItem{ID: m.ID, Attempt: m.Attempt + 1, Error: e.refusal("delivered, but the table refused to mark the row sent", r.err)},
+				counted{sentBy, sentDest[r.i]}})
 		}
 	}
 	if len(retries) > 0 {
-		refused, why := e.write(log, "retry", token, len(retries), func(ctx context.Context, lo, hi int) (int64, error) {
+		for _, r := range e.write(log, "retry", token, len(retries), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Retry(ctx, dialect.RetryParams{Token: token, Items: retries[lo:hi]})
-		})
-		for _, i := range refused {
-			it := retries[i]
-			refusedDeads = append(refusedDeads, dialect.DeadItem{ID: it.ID, Attempt: it.Attempt,
-				Error: e.refusal("the table refused the row's retry after: "+it.Error, why)})
-			refusedFrom = append(refusedFrom, retryFrom[i])
+		}) {
+			it := retries[r.i]
+			refusedRows = append(refusedRows, refusedRow{
+				dialect.DeadItem{ID: it.ID, Attempt: it.Attempt, Error: e.refusal("the table refused the row's retry after: "+it.Error, r.err)},
+				retryFrom[r.i]})
 		}
 	}
-	first := len(deads)
-	deads = append(deads, refusedDeads...)
 	if len(deads) > 0 {
-		refused, why := e.write(log, "dead", token, len(deads), func(ctx context.Context, lo, hi int) (int64, error) {
+		for _, r := range e.write(log, "dead", token, len(deads), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: deads[lo:hi]})
-		})
-		stuck := map[int]bool{}
-		for _, i := range refused {
-			stuck[i] = true
-			log.Error("the table refuses every settlement of this row: it stays processing, and is delivered again (same id) when its lease expires; "+
+		}) {
+			deadFrom[r.i].by[deadFrom[r.i].dest]--
+			log.Error("the table refuses to dead-letter this row: it stays processing, and is delivered again (same id) when its lease expires; "+
 				"fix the trigger or constraint named in the error, or delete the row",
-				"op", "dead", "token", token, "id", deads[i].ID, "err", why)
+				"token", token, "id", deads[r.i].ID, "err", r.err)
 		}
-		// A row the table would not mark sent or retry, but let die, is
-		// counted dead.
-		for j, from := range refusedFrom {
-			if !stuck[first+j] {
-				log.Warn("row dead: the table refused its settlement", "id", deads[first+j].ID, "destination", from.dest, "err", deads[first+j].Error)
-				from.by[from.dest]--
-				deadBy[from.dest]++
-			}
+	}
+	// A refused row is counted dead if it died, and otherwise not at all:
+	// it is not settled.
+	for _, r := range refusedRows {
+		r.from.by[r.from.dest]--
+		if e.deadLetter(log, token, r.item) {
+			deadBy[r.from.dest]++
 		}
 	}
 	if len(released) > 0 {
-		e.write(log, "release", token, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
+		for _, r := range e.write(log, "release", token, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: released[lo:hi]})
-		})
+		}) {
+			log.Error("the table refuses to release this row: it stays processing until its lease expires",
+				"token", token, "id", released[r.i], "err", r.err)
+		}
 	}
 	// The outcomes are reported once the caller knows they are durable:
 	// at once in lease mode, after the batch transaction commits in lock
@@ -255,42 +256,45 @@ func (e *Engine) refusal(what string, err error) string {
 }
 
 // maxSplitStatements bounds the statements write spends narrowing down the
-// rows a statement refuses: one refused row of a batch of 1,000 takes 20,
-// and a statement refused for every row (a missing permission) must not
-// cost thousands.
+// rows that one statement refuses, beside the statement itself: one
+// refused row of a batch of 1,000 takes 20 more, and a statement refused
+// for every row (a missing permission) must not cost thousands.
 const maxSplitStatements = 64
 
+// rowError is a row that a settlement statement refused on its own, with
+// the database's error.
+type rowError struct {
+	i   int
+	err error
+}
+
 // write runs one fenced settlement statement over rows [0, n), through fn
-// on a range of them. A database error is retried with backoff for up to
-// one lease: after that the rows have gone back to pending anyway and
-// another claim will deliver them again. Rows the statement did not change
-// were no longer ours: they are counted as lost, not retried.
+// on a range of them (writeRange: retries, lost claims).
 //
 // A permanent error (the table refused the statement: a trigger, a
 // constraint) is narrowed down by halving the range, in lease mode, so that
 // one row the table refuses does not send the whole batch back to pending
-// at every lease expiry, to be delivered and refused again. refused lists
-// the rows the table refused on their own, and why is the first such
-// error. In lock mode a failed statement has rolled back the batch's
-// transaction: nothing can be narrowed, and the batch is delivered again.
-func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx context.Context, lo, hi int) (int64, error)) (refused []int, why error) {
+// at every lease expiry, to be delivered and refused again. It returns the
+// rows the table refused on their own, each with its error; rows that
+// could not be settled otherwise are logged here, and come back when their
+// lease expires. In lock mode a failed statement has rolled back the
+// batch's transaction: nothing can be narrowed, and the batch is delivered
+// again.
+func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx context.Context, lo, hi int) (int64, error)) (refused []rowError) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
 	defer cancel()
 	_, lockMode := e.db.(dialect.BatchCommitter)
 	budget := maxSplitStatements
 	var run func(lo, hi int)
 	run = func(lo, hi int) {
-		err := e.writeRange(ctx, log, op, token, hi-lo, func(ctx context.Context) (int64, error) { return fn(ctx, lo, hi) })
+		_, err := e.writeRange(ctx, log, op, token, hi-lo, func(ctx context.Context) (int64, error) { return fn(ctx, lo, hi) })
 		switch {
 		case err == nil:
-		case !outbox.IsPermanent(err) || ctx.Err() != nil || lockMode || budget <= 0:
+		case outbox.IsPermanent(err) && !lockMode && hi-lo == 1:
+			refused = append(refused, rowError{lo, err})
+		case !outbox.IsPermanent(err) || ctx.Err() != nil || lockMode || budget < 2:
 			log.Error("could not settle rows; they return to pending when the lease expires and are delivered again (same ids)",
 				"op", op, "token", token, "rows", hi-lo, "err", err)
-		case hi-lo == 1:
-			refused = append(refused, lo)
-			if why == nil {
-				why = err
-			}
 		default:
 			if lo == 0 && hi == n {
 				log.Warn("the table refused a settlement statement; narrowing it down to the rows it refuses",
@@ -303,16 +307,43 @@ func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx co
 		}
 	}
 	run(0, n)
-	return refused, why
+	return refused
+}
+
+// deadLetter dead-letters one row that the table refused to mark sent or
+// retry, in a statement of its own, and reports whether the row is dead.
+func (e *Engine) deadLetter(log *slog.Logger, token string, item dialect.DeadItem) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
+	defer cancel()
+	n, err := e.writeRange(ctx, log, "dead", token, 1, func(ctx context.Context) (int64, error) {
+		return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: []dialect.DeadItem{item}})
+	})
+	switch {
+	case err == nil && n == 1:
+		log.Warn("row dead: the table refused its settlement", "id", item.ID, "err", item.Error)
+		return true
+	case outbox.IsPermanent(err):
+		log.Error("the table refuses every settlement of this row: it stays processing, and is delivered again (same id) when its lease expires; "+
+			"fix the trigger or constraint named in the error, or delete the row",
+			"token", token, "id", item.ID, "err", err)
+	case err != nil:
+		log.Error("could not dead-letter a row the table refused to settle; it returns to pending when the lease expires and is delivered again (same id)",
+			"token", token, "id", item.ID, "err", err)
+	}
+	return false
 }
 
 // writeRange runs fn, retrying a failure that a later attempt can get past
-// until ctx ends, and counts the rows it did not change as lost (unless an
-// attempt failed before: then they may be its own). It
-// returns the last error when fn did not succeed.
-func (e *Engine) writeRange(ctx context.Context, log *slog.Logger, op, token string, want int, fn func(context.Context) (int64, error)) error {
+// until ctx ends, and counts the rows it did not change as lost claims. It
+// returns the rows changed, or the last error when fn did not succeed.
+//
+// After an attempt that failed with outbox.MaybeApplied (the connection
+// broke after the statement was sent), the rows a later attempt does not
+// change may have been changed by that attempt: they are logged, not
+// counted as lost claims, which alert.
+func (e *Engine) writeRange(ctx context.Context, log *slog.Logger, op, token string, want int, fn func(context.Context) (int64, error)) (int64, error) {
 	wait := 50 * time.Millisecond
-	failed := false // an attempt failed before this one
+	maybeApplied := false
 	for {
 		start := time.Now()
 		n, err := fn(ctx)
@@ -320,24 +351,20 @@ func (e *Engine) writeRange(ctx context.Context, log *slog.Logger, op, token str
 		if err == nil {
 			switch lost := want - int(n); {
 			case lost <= 0:
-			case failed:
-				// An attempt that failed may have committed before its
-				// reply was lost: the rows this one did not change may be
-				// settled already, by that attempt, or reclaimed. They are
-				// not counted as lost claims, which alert.
-				log.Warn("a retried settlement changed fewer rows than it asked for: the failed attempt before it committed them, or they were reclaimed after the lease expired and another relay delivers them (same ids)",
+			case maybeApplied:
+				log.Warn("a retried settlement changed fewer rows than it asked for: the attempt before it, whose answer was lost, may have committed them, or they were reclaimed after the lease expired and another relay delivers them (same ids)",
 					"op", op, "token", token, "unchanged", lost, "of", want)
 			default:
 				e.obs.Lost(lost)
 				log.Warn("claim lost before settling: rows were reclaimed after the lease expired; another relay delivers them (same ids)",
 					"op", op, "token", token, "lost", lost, "of", want, "err", outbox.ErrLeaseLost)
 			}
-			return nil
+			return n, nil
 		}
-		failed = true
 		if outbox.IsPermanent(err) || ctx.Err() != nil {
-			return err
+			return 0, err
 		}
+		maybeApplied = maybeApplied || outbox.IsMaybeApplied(err)
 		log.Warn("settling rows failed; retrying", "op", op, "token", token, "rows", want, "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():

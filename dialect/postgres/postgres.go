@@ -368,21 +368,28 @@ func (d *Dialect) exec(ctx context.Context, name string, args ...any) (int64, er
 // and server shutdowns stay retryable (the outbox default for any error);
 // errors that no retry can fix (bad data, violated constraints, a table or
 // column that does not exist, a trigger that raises an exception) are
-// marked outbox.Permanent. Errors are told
-// apart by SQLSTATE and type, never by text.
+// marked outbox.Permanent. Errors after which the statement may have run
+// all the same (not the server's answer, and not surely unsent) are marked
+// outbox.MaybeApplied. Errors are told apart by SQLSTATE and type, never by
+// text.
 func interpretError(query string, err error) error {
 	if err == nil {
 		return nil
 	}
 	wrapped := fmt.Errorf("postgres: %s: %w", query, err)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err) {
+		// Not the server's answer, and maybe sent: the statement may have
+		// committed before the connection broke or the context ended.
+		wrapped = outbox.MaybeApplied(wrapped)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return wrapped
 	}
 	if retryable(err) {
 		return wrapped
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if pgErr != nil {
 		switch pgErr.Code[:2] {
 		case "22", // data exception
 			"23", // integrity constraint violation

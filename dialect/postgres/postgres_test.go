@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -303,6 +305,12 @@ func TestMappingRejectsInjection(t *testing.T) {
 	}
 }
 
+// neverSent is an error that pgconn.SafeToRetry reports as never sent.
+type neverSent struct{}
+
+func (neverSent) Error() string     { return "dial: connection refused" }
+func (neverSent) SafeToRetry() bool { return true }
+
 func TestInterpretError(t *testing.T) {
 	perm := []string{"23505", "22P02", "42P01", "42703", "P0001"}
 	for _, code := range perm {
@@ -318,6 +326,22 @@ func TestInterpretError(t *testing.T) {
 	}
 	if err := interpretError("q", context.Canceled); !errors.Is(err, context.Canceled) {
 		t.Errorf("context error lost: %v", err)
+	}
+	// Whether the statement may have committed all the same.
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"server error", &pgconn.PgError{Code: "40P01"}, false},
+		{"constraint", &pgconn.PgError{Code: "23505"}, false},
+		{"never sent", neverSent{}, false},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"context ended", context.DeadlineExceeded, true},
+	} {
+		if got := outbox.IsMaybeApplied(interpretError("q", tc.err)); got != tc.want {
+			t.Errorf("%s: maybe applied %v, want %v", tc.name, got, tc.want)
+		}
 	}
 	if interpretError("q", nil) != nil {
 		t.Error("nil error not nil")

@@ -155,8 +155,22 @@ func isDeadlockVictim(err error) bool {
 	return false
 }
 
+// maybeApplied reports an error after which the statement may have run all
+// the same: not the server's answer (an mssql.Error, unless a fatal one that
+// closed the connection), and not driver.ErrBadConn, which a driver returns
+// only for a request it never sent (database/sql/driver).
+func maybeApplied(err error) bool {
+	var serverErr mssql.ServerError
+	if errors.As(err, &serverErr) {
+		return true
+	}
+	var sqlErr mssql.Error
+	return !errors.As(err, &sqlErr) && !errors.Is(err, driver.ErrBadConn)
+}
+
 // interpretError wraps err with the query name and marks the errors that no
-// retry can fix outbox.Permanent. Everything else stays retryable (the
+// retry can fix outbox.Permanent, and those after which the statement may
+// have run outbox.MaybeApplied (maybeApplied). Everything else stays retryable (the
 // outbox default): deadlocks, lock timeouts, lost connections, failovers and
 // errors this classification does not know. Context errors pass through.
 func interpretError(query string, err error) error {
@@ -164,6 +178,9 @@ func interpretError(query string, err error) error {
 		return nil
 	}
 	wrapped := fmt.Errorf("sqlserver: %s: %w", query, err)
+	if maybeApplied(err) {
+		wrapped = outbox.MaybeApplied(wrapped)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return wrapped
 	}

@@ -101,6 +101,29 @@ func TestSQLServerInterpretError(t *testing.T) {
 // TestSQLServerBadIDsArePermanent: ids and tokens that are not UUIDs are
 // refused before they reach the server (no connection is needed: the pool
 // below points nowhere and is never used).
+// TestSQLServerMaybeApplied: an error that is not the server's answer, and
+// not driver.ErrBadConn (never sent), may come after the statement
+// committed.
+func TestSQLServerMaybeApplied(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"server error", mssql.Error{Number: 1205}, false},
+		{"constraint", mssql.Error{Number: 2627}, false},
+		{"bad connection, never sent", driver.ErrBadConn, false},
+		{"fatal server error", mssql.ServerError{}, true},
+		{"connection closed", io.EOF, true},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"context ended", context.DeadlineExceeded, true},
+	} {
+		if got := outbox.IsMaybeApplied(interpretError("q", tc.err)); got != tc.want {
+			t.Errorf("%s: maybe applied %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestSQLServerBadIDsArePermanent(t *testing.T) {
 	d := unreachableDialect(t)
 	ctx := context.Background()
