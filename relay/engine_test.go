@@ -307,41 +307,45 @@ func TestRowWithoutCreatedAtIsDeliveredNotTimed(t *testing.T) {
 }
 
 // TestTableRefusingOneRowHoldsBackNoOther: a trigger of an adopted table
-// refuses, for one row, the update that marks it sent. The rest of the
+// refuses, for some rows, the update that marks them sent. The rest of the
 // batch is settled all the same (the refused statement is narrowed down to
-// the row), and the refused row goes dead with the table's reason, which
-// releases its key to the key's later row. Where the trigger refuses the
-// dead-lettering too, the row stays processing and nothing else waits on
-// it but its own key.
+// those rows), and each refused row goes dead with the table's reason for
+// it, which releases its key to the key's later row. Where the trigger
+// refuses the dead-lettering too, the row stays processing and nothing else
+// waits on it but its own key.
 func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		refuse   string // the states the trigger refuses for row i = 7
+		rows     []string // the rows (payload i) the trigger refuses
+		refuse   string   // the states it refuses them
 		want     map[string]int
-		lastErr  string // of row 7
+		lastErr  string // of each refused row, beside its own reason
 		requests int64
 		outcomes map[relay.Outcome]int64 // as the observer counts them
 	}{
-		{"refuses sent", "('sent')", map[string]int{"sent": 19, "dead": 1}, "refused to mark the row sent", 20,
+		{"refuses sent", []string{"7"}, "('sent')", map[string]int{"sent": 19, "dead": 1}, "refused to mark the row sent", 20,
 			map[relay.Outcome]int64{relay.OutcomeSent: 19, relay.OutcomeDead: 1}},
+		// Each refused row's last_error names that row, not the first one.
+		{"refuses two rows sent", []string{"3", "7"}, "('sent')", map[string]int{"sent": 18, "dead": 2}, "refused to mark the row sent", 20,
+			map[relay.Outcome]int64{relay.OutcomeSent: 18, relay.OutcomeDead: 2}},
 		// Row 17 shares row 7's key and waits behind it.
-		{"refuses sent and dead", "('sent', 'dead')", map[string]int{"sent": 18, "processing": 1, "pending": 1}, "", 19,
+		{"refuses sent and dead", []string{"7"}, "('sent', 'dead')", map[string]int{"sent": 18, "processing": 1, "pending": 1}, "", 19,
 			map[relay.Outcome]int64{relay.OutcomeSent: 18}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pg := testenv.Postgres(t)
 			ctx := context.Background()
-			if _, err := pg.Pool.Exec(ctx, `CREATE FUNCTION refuse_seven() RETURNS trigger LANGUAGE plpgsql AS $$
+			if _, err := pg.Pool.Exec(ctx, `CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS $$
 				BEGIN
-					IF NEW.payload->>'i' = '7' AND NEW.state IN `+tc.refuse+` THEN
-						RAISE EXCEPTION 'row 7 may not become %', NEW.state;
+					IF NEW.payload->>'i' IN ('`+strings.Join(tc.rows, "', '")+`') AND NEW.state IN `+tc.refuse+` THEN
+						RAISE EXCEPTION 'row % may not become %', NEW.payload->>'i', NEW.state;
 					END IF;
 					RETURN NEW;
 				END $$`); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS refuse_seven() CASCADE`) })
-			if _, err := pg.Pool.Exec(ctx, `CREATE TRIGGER refuse_seven BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_seven()`); err != nil {
+			t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS refuse_rows() CASCADE`) })
+			if _, err := pg.Pool.Exec(ctx, `CREATE TRIGGER refuse_rows BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_rows()`); err != nil {
 				t.Fatal(err)
 			}
 			var requests atomic.Int64
@@ -386,13 +390,15 @@ func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 			if got := obs.snapshot(); !maps.Equal(got, tc.outcomes) {
 				t.Errorf("outcomes counted %v, want %v", got, tc.outcomes)
 			}
-			var state, lastErr string
-			if err := pg.Pool.QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM outbox WHERE payload->>'i' = '7'`).Scan(&state, &lastErr); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("row 7: %s, last_error %q", state, lastErr)
-			if tc.lastErr != "" && (!strings.Contains(lastErr, tc.lastErr) || !strings.Contains(lastErr, "row 7 may not become sent")) {
-				t.Errorf("row 7: state %s, last_error %q; want the table's reason", state, lastErr)
+			for _, i := range tc.rows {
+				var state, lastErr string
+				if err := pg.Pool.QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM outbox WHERE payload->>'i' = $1`, i).Scan(&state, &lastErr); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("row %s: %s, last_error %q", i, state, lastErr)
+				if tc.lastErr != "" && (!strings.Contains(lastErr, tc.lastErr) || !strings.Contains(lastErr, "row "+i+" may not become sent")) {
+					t.Errorf("row %s: state %s, last_error %q; want the table's reason for this row", i, state, lastErr)
+				}
 			}
 		})
 	}

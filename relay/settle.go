@@ -172,11 +172,15 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 	}
 	// A refused row is counted dead if it died, and otherwise not at all:
 	// it is not settled.
-	for _, r := range refusedRows {
-		r.from.by[r.from.dest]--
-		if e.deadLetter(log, token, r.item) {
-			deadBy[r.from.dest]++
+	if len(refusedRows) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
+		for _, r := range refusedRows {
+			r.from.by[r.from.dest]--
+			if e.deadLetter(ctx, log, token, r.from.dest, r.item) {
+				deadBy[r.from.dest]++
+			}
 		}
+		cancel()
 	}
 	if len(released) > 0 {
 		for _, r := range e.write(log, "release", token, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
@@ -204,20 +208,33 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 // report sends the outcome counts of one settled batch to the observer
 // and logs the failures once per destination.
 func (e *Engine) report(log *slog.Logger, sentBy, retryBy, deferredBy, deadBy map[string]int, released int, firstRetry map[string]string) {
+	// A count can be 0 when every row of it was refused (settle).
 	for d, n := range sentBy {
+		if n == 0 {
+			continue
+		}
 		e.obs.Settled(d, OutcomeSent, n)
 	}
 	for d, n := range retryBy {
+		if n == 0 {
+			continue
+		}
 		e.obs.Settled(d, OutcomeRetry, n)
 		log.Warn("deliveries failed; rows will be retried", "destination", d, "rows", n, "first_err", firstRetry[d])
 	}
 	for d, n := range deferredBy {
+		if n == 0 {
+			continue
+		}
 		e.obs.Settled(d, OutcomeDeferred, n)
 		if retryBy[d] == 0 {
 			log.Warn("destination unavailable; rows deferred without spending an attempt", "destination", d, "rows", n, "first_err", firstRetry[d])
 		}
 	}
 	for d, n := range deadBy {
+		if n == 0 {
+			continue
+		}
 		e.obs.Settled(d, OutcomeDead, n)
 	}
 	if released > 0 {
@@ -312,15 +329,14 @@ func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx co
 
 // deadLetter dead-letters one row that the table refused to mark sent or
 // retry, in a statement of its own, and reports whether the row is dead.
-func (e *Engine) deadLetter(log *slog.Logger, token string, item dialect.DeadItem) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
-	defer cancel()
+// The dead-letters of one settlement share ctx, and so one lease.
+func (e *Engine) deadLetter(ctx context.Context, log *slog.Logger, token, dest string, item dialect.DeadItem) bool {
 	n, err := e.writeRange(ctx, log, "dead", token, 1, func(ctx context.Context) (int64, error) {
 		return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: []dialect.DeadItem{item}})
 	})
 	switch {
 	case err == nil && n == 1:
-		log.Warn("row dead: the table refused its settlement", "id", item.ID, "err", item.Error)
+		log.Warn("row dead: the table refused its settlement", "id", item.ID, "destination", dest, "token", token, "err", item.Error)
 		return true
 	case outbox.IsPermanent(err):
 		log.Error("the table refuses every settlement of this row: it stays processing, and is delivered again (same id) when its lease expires; "+

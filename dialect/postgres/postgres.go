@@ -378,9 +378,9 @@ func interpretError(query string, err error) error {
 	}
 	wrapped := fmt.Errorf("postgres: %s: %w", query, err)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err) {
+	if !errors.As(err, &pgErr) && !neverSent(err) {
 		// Not the server's answer, and maybe sent: the statement may have
-		// committed before the connection broke or the context ended.
+		// committed before the connection broke.
 		wrapped = outbox.MaybeApplied(wrapped)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -400,6 +400,15 @@ func interpretError(query string, err error) error {
 		}
 	}
 	return wrapped
+}
+
+// neverSent reports an error that came before the statement was sent:
+// pgconn says so (SafeToRetry), or no connection could be opened for it
+// (pgconn.ConnectError, from the pool opening a new connection).
+func neverSent(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var opErr *net.OpError
+	return pgconn.SafeToRetry(err) || errors.As(err, &connectErr) || (errors.As(err, &opErr) && opErr.Op == "dial")
 }
 
 // retryable reports the failures a later attempt can get past.

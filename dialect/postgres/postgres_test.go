@@ -305,11 +305,11 @@ func TestMappingRejectsInjection(t *testing.T) {
 	}
 }
 
-// neverSent is an error that pgconn.SafeToRetry reports as never sent.
-type neverSent struct{}
+// unsent is an error that pgconn.SafeToRetry reports as never sent.
+type unsent struct{}
 
-func (neverSent) Error() string     { return "dial: connection refused" }
-func (neverSent) SafeToRetry() bool { return true }
+func (unsent) Error() string     { return "write failed before the query was sent" }
+func (unsent) SafeToRetry() bool { return true }
 
 func TestInterpretError(t *testing.T) {
 	perm := []string{"23505", "22P02", "42P01", "42703", "P0001"}
@@ -328,6 +328,11 @@ func TestInterpretError(t *testing.T) {
 		t.Errorf("context error lost: %v", err)
 	}
 	// Whether the statement may have committed all the same.
+	_, connectErr := pgconn.Connect(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=5")
+	var ce *pgconn.ConnectError
+	if !errors.As(connectErr, &ce) {
+		t.Fatalf("connecting to a closed port: %v, want a *pgconn.ConnectError", connectErr)
+	}
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -335,9 +340,10 @@ func TestInterpretError(t *testing.T) {
 	}{
 		{"server error", &pgconn.PgError{Code: "40P01"}, false},
 		{"constraint", &pgconn.PgError{Code: "23505"}, false},
-		{"never sent", neverSent{}, false},
+		{"never sent", unsent{}, false},
+		{"no connection", connectErr, false},
+		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
 		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
-		{"context ended", context.DeadlineExceeded, true},
 	} {
 		if got := outbox.IsMaybeApplied(interpretError("q", tc.err)); got != tc.want {
 			t.Errorf("%s: maybe applied %v, want %v", tc.name, got, tc.want)

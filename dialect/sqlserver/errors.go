@@ -157,14 +157,19 @@ func isDeadlockVictim(err error) bool {
 
 // maybeApplied reports an error after which the statement may have run all
 // the same: not the server's answer (an mssql.Error, unless a fatal one that
-// closed the connection), and not driver.ErrBadConn, which a driver returns
-// only for a request it never sent (database/sql/driver).
+// closed the connection), not driver.ErrBadConn, which a driver returns
+// only for a request it never sent (database/sql/driver), and not a failed
+// dial (database/sql opening a new connection for the statement).
 func maybeApplied(err error) bool {
 	var serverErr mssql.ServerError
 	if errors.As(err, &serverErr) {
 		return true
 	}
 	var sqlErr mssql.Error
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return false // no connection could be opened for it
+	}
 	return !errors.As(err, &sqlErr) && !errors.Is(err, driver.ErrBadConn)
 }
 

@@ -98,12 +98,9 @@ func TestSQLServerInterpretError(t *testing.T) {
 	}
 }
 
-// TestSQLServerBadIDsArePermanent: ids and tokens that are not UUIDs are
-// refused before they reach the server (no connection is needed: the pool
-// below points nowhere and is never used).
-// TestSQLServerMaybeApplied: an error that is not the server's answer, and
-// not driver.ErrBadConn (never sent), may come after the statement
-// committed.
+// TestSQLServerMaybeApplied: an error that is not the server's answer, not
+// driver.ErrBadConn (never sent) and not a failed dial may come after the
+// statement committed.
 func TestSQLServerMaybeApplied(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -116,7 +113,7 @@ func TestSQLServerMaybeApplied(t *testing.T) {
 		{"fatal server error", mssql.ServerError{}, true},
 		{"connection closed", io.EOF, true},
 		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
-		{"context ended", context.DeadlineExceeded, true},
+		{"dial refused", fmt.Errorf("unable to open tcp connection with host 'db:1433': %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), false},
 	} {
 		if got := outbox.IsMaybeApplied(interpretError("q", tc.err)); got != tc.want {
 			t.Errorf("%s: maybe applied %v, want %v", tc.name, got, tc.want)
@@ -124,6 +121,9 @@ func TestSQLServerMaybeApplied(t *testing.T) {
 	}
 }
 
+// TestSQLServerBadIDsArePermanent: ids and tokens that are not UUIDs are
+// refused before they reach the server (no connection is needed: the pool
+// below points nowhere and is never used).
 func TestSQLServerBadIDsArePermanent(t *testing.T) {
 	d := unreachableDialect(t)
 	ctx := context.Background()
