@@ -76,8 +76,10 @@ type ClaimParams struct {
 	// explain nothing and do not count: when the window is pinned (a dead
 	// row held, a head waiting for its retry, with many due rows of its key
 	// behind it), every batch comes from unbounded claims and beyond the
-	// window, and the relays must keep claiming side by side. A dialect
-	// may ignore IdleWindow.
+	// window, and the relays must keep claiming side by side. In lock
+	// mode, where a batch writes nothing and has no lease, the claim
+	// returns no rows while another transaction holds the first due
+	// pending row locked instead. A dialect may ignore IdleWindow.
 	IdleWindow int
 }
 

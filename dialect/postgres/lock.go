@@ -126,8 +126,9 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 		set_config('statement_timeout', $1, true)`, ms); err != nil {
 		return nil, interpretError("lock claim", err)
 	}
-	// IdleWindow is ignored: lock mode has no processing rows to wait for.
-	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window})
+	// IdleWindow: the unbounded claim takes nothing while another batch
+	// holds the first due row locked (lock/claim.sql).
+	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window, idleWindow: p.IdleWindow})
 	if err != nil {
 		return nil, err
 	}

@@ -119,7 +119,9 @@ type renderData struct {
 	Window int
 	// IdleWindow renders the claim that takes nothing while a batch is in
 	// flight within that many sequence numbers of the first due pending row
-	// (dialect.ClaimParams.IdleWindow; claim.sql only).
+	// (dialect.ClaimParams.IdleWindow); lock/claim.sql, which cannot see how
+	// far a batch reaches, only asks whether another batch holds the first
+	// due row locked.
 	IdleWindow int
 }
 
