@@ -63,23 +63,23 @@ func TestIdleWaitBacksOffAfterAQuietSecond(t *testing.T) {
 
 func TestFullScanBackoffFollowsItsCost(t *testing.T) {
 	var c claimPolicy
-	c.fullScanDone(false, 10*time.Millisecond)
+	c.fullScanDone(false, 10*time.Millisecond, false)
 	if c.scanWait != time.Second {
 		t.Fatalf("after a cheap barren scan: wait %v, want the 1s minimum", c.scanWait)
 	}
-	c.fullScanDone(false, 10*time.Millisecond)
+	c.fullScanDone(false, 10*time.Millisecond, false)
 	if c.scanWait != 2*time.Second {
 		t.Fatalf("after a second barren scan: wait %v, want 2s (doubling)", c.scanWait)
 	}
-	c.fullScanDone(false, 500*time.Millisecond)
+	c.fullScanDone(false, 500*time.Millisecond, false)
 	if c.scanWait != 20*time.Second {
 		t.Fatalf("after a 500ms barren scan: wait %v, want 40 x 500ms", c.scanWait)
 	}
-	c.fullScanDone(false, 5*time.Second)
+	c.fullScanDone(false, 5*time.Second, false)
 	if c.scanWait != 30*time.Second {
 		t.Fatalf("wait %v, want the 30s cap", c.scanWait)
 	}
-	c.fullScanDone(true, time.Second)
+	c.fullScanDone(true, time.Second, false)
 	if c.scanWait != 0 || !c.fullScanDue() {
 		t.Fatalf("a full scan that filled its batch must reset the backoff")
 	}

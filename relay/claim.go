@@ -90,6 +90,7 @@ type claimPolicy struct {
 	probing    bool // the limit is back at BatchSize on probation
 	scanAfter  time.Time
 	scanWait   time.Duration
+	wide       bool // the next unbounded claim ignores batches in flight (wideScan)
 }
 
 // takeTurn waits for the engine's claim turn; false when stop is closed
@@ -124,11 +125,23 @@ func (e *Engine) claim(ctx context.Context, token string, limit int, poll bool) 
 	// claim turn; docs/performance.md, lesson 22). Judged on the claim's
 	// own snapshot, after the claim turn: a pre-check in a statement of
 	// its own raced with the claims between the two.
+	//
+	// Once the backoff has reached fullScanMaxWait, every other unbounded
+	// claim ignores the batches in flight (wideScan): a batch that is
+	// always there (one deep key at the front, its head always in another
+	// relay's batch; in lock mode, any transaction holding the first due
+	// row) would otherwise keep the rows beyond the window waiting for as
+	// long as it lasts. So they wait a minute or two at most, for one walk
+	// of the backlog per replica per two fullScanMaxWait.
+	wide := e.policy.wideScan()
 	p.Window, p.IdleWindow = 0, p.Window
+	if wide {
+		p.IdleWindow = 0
+	}
 	start := time.Now()
 	msgs, err = e.db.Claim(ctx, p)
 	if err == nil {
-		e.policy.fullScanDone(len(msgs) == p.Limit, time.Since(start))
+		e.policy.fullScanDone(len(msgs) == p.Limit, time.Since(start), wide)
 	}
 	return msgs, err
 }
@@ -198,13 +211,26 @@ func (c *claimPolicy) fullScanDue() bool {
 // fullScanDone records an unbounded claim that took took: a full one (it
 // stopped at its limit, cheaply) resets the backoff, a short one doubles
 // it, and makes it at least fullScanCostFactor × took.
-func (c *claimPolicy) fullScanDone(full bool, took time.Duration) {
+//
+// wide says the claim ignored the batches in flight (wideScan). A short
+// claim that did not, once the wait has reached fullScanMaxWait, makes the
+// next one ignore them; a wide one makes the next one heed them again.
+func (c *claimPolicy) fullScanDone(full bool, took time.Duration, wide bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if full {
-		c.scanWait, c.scanAfter = 0, time.Time{}
+		c.scanWait, c.scanAfter, c.wide = 0, time.Time{}, false
 		return
 	}
 	c.scanWait = min(max(2*c.scanWait, fullScanMinWait, fullScanCostFactor*took), fullScanMaxWait)
 	c.scanAfter = time.Now().Add(c.scanWait)
+	c.wide = !wide && c.scanWait == fullScanMaxWait
+}
+
+// wideScan reports whether the next unbounded claim ignores the batches in
+// flight in the window (dialect.ClaimParams.IdleWindow unset).
+func (c *claimPolicy) wideScan() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wide
 }

@@ -95,3 +95,34 @@ func TestClaimLimitFollowsReadyRows(t *testing.T) {
 		t.Fatalf("InflightBatches 1: claim limit %d, want 100", got)
 	}
 }
+
+// TestUnboundedClaimIgnoresBatchesInFlightNowAndThen: once the unbounded
+// claim's backoff has reached fullScanMaxWait, every other unbounded claim
+// ignores the batches in flight in the window, so that a batch that is
+// always there (a deep key at the front) cannot keep the rows beyond the
+// window waiting for ever. A claim that filled its limit resets it all.
+func TestUnboundedClaimIgnoresBatchesInFlightNowAndThen(t *testing.T) {
+	c := newClaimPolicy(100, 2)
+	var wides []bool
+	for range 10 {
+		wide := c.wideScan()
+		wides = append(wides, wide)
+		c.fullScanDone(false, 0, wide)
+	}
+	// The wait doubles from fullScanMinWait (1 s) and reaches the 30 s
+	// maximum at the sixth short claim; from then on every other claim is
+	// wide.
+	want := []bool{false, false, false, false, false, false, true, false, true, false}
+	for i := range want {
+		if wides[i] != want[i] {
+			t.Fatalf("unbounded claims wide: %v, want %v", wides, want)
+		}
+	}
+	if c.scanWait != fullScanMaxWait {
+		t.Fatalf("wait %v, want %v", c.scanWait, fullScanMaxWait)
+	}
+	c.fullScanDone(true, 0, true)
+	if c.wideScan() || c.scanWait != 0 {
+		t.Fatalf("after a full claim: wide %v, wait %v; want neither", c.wideScan(), c.scanWait)
+	}
+}

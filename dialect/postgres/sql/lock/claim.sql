@@ -24,14 +24,19 @@
 -- writes nothing, so the lock itself is the only trace of that batch: the
 -- first due pending row is compared with the first one that FOR KEY SHARE
 -- SKIP LOCKED can lock, which skips a row another transaction holds FOR
--- UPDATE. KEY SHARE conflicts with nothing else a relay does (a settlement
--- is a NO KEY UPDATE). The condition does not depend on the candidate:
+-- UPDATE. KEY SHARE blocks no relay: a relay writes only rows its own batch
+-- holds FOR UPDATE, and its claims skip a row under another's KEY SHARE.
+-- (It does make an application's DELETE of that row wait for the batch.)
+-- The condition does not depend on the candidate:
 -- PostgreSQL evaluates it once, before the scan. When the first due row is
 -- free but not a head (its key waits for a retry that is not due), the claim
 -- walks the backlog as before, and the engine's backoff bounds it. If the
 -- claim finds rows, its transaction keeps that KEY SHARE lock on the first
 -- due row until the batch ends: another relay's claim skips that row
--- meanwhile, which delays it only if it becomes a head in that time.
+-- meanwhile, which delays it only if it becomes a head in that time. The
+-- engine leaves .IdleWindow off on every other unbounded claim once their
+-- backoff is at its maximum (relay/claim.go), so that a lock held for ever
+-- does not keep the rows beyond the window waiting for ever.
 SELECT c.{{ col "id" }}::text,
        c.{{ col "topic" }},
        {{ if has "key" }}c.{{ col "key" }}{{ else }}NULL::text{{ end }},
