@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,13 +32,21 @@ import (
 // seconds took a third of the database from the one replica that had
 // work; before IdleWindow, each replica's first such walk came before any
 // backoff.) An unbounded claim that IdleWindow kept from running counts as
-// a short one for the backoff.
+// a short one for the backoff. Now and then one ignores the batches in
+// flight all the same (wideScan: at most once per wideScanMinWait after a
+// barren one), so that a batch that never ends cannot strand the rows
+// beyond the window.
 const (
 	claimWindowFactor  = 4
 	claimWindowMin     = 1000
 	fullScanMinWait    = time.Second
 	fullScanMaxWait    = 30 * time.Second
 	fullScanCostFactor = 40
+	// A wide unbounded claim (wideScan) that came back short waits at
+	// least wideScanMinWait, and wideScanCostFactor × its cost, before the
+	// next; the first comes wideScanMinWait after the engine starts.
+	wideScanMinWait    = 5 * time.Minute
+	wideScanCostFactor = 100
 	minProbeAfter      = 8
 	maxProbeAfter      = 256
 )
@@ -90,7 +99,7 @@ type claimPolicy struct {
 	probing    bool // the limit is back at BatchSize on probation
 	scanAfter  time.Time
 	scanWait   time.Duration
-	wide       bool // the next unbounded claim ignores batches in flight (wideScan)
+	wideAfter  time.Time // the next unbounded claim from then on is wide (wideScan)
 }
 
 // takeTurn waits for the engine's claim turn; false when stop is closed
@@ -126,13 +135,14 @@ func (e *Engine) claim(ctx context.Context, token string, limit int, poll bool) 
 	// own snapshot, after the claim turn: a pre-check in a statement of
 	// its own raced with the claims between the two.
 	//
-	// Once the backoff has reached fullScanMaxWait, every other unbounded
-	// claim ignores the batches in flight (wideScan): a batch that is
-	// always there (one deep key at the front, its head always in another
-	// relay's batch; in lock mode, any transaction holding the first due
-	// row) would otherwise keep the rows beyond the window waiting for as
-	// long as it lasts. So they wait a minute or two at most, for one walk
-	// of the backlog per replica per two fullScanMaxWait.
+	// Now and then an unbounded claim ignores the batches in flight
+	// (wideScan): a batch that is always there (one deep key at the front,
+	// its head always in another relay's batch; in lock mode, any
+	// transaction holding the first due row) would otherwise keep the rows
+	// beyond the window waiting for as long as it lasts. A wide claim that
+	// comes back short walked the backlog for nothing, holding the claim
+	// turn, so the next one waits wideScanMinWait, or wideScanCostFactor ×
+	// its cost if longer; a full one may be followed by another at once.
 	wide := e.policy.wideScan()
 	p.Window, p.IdleWindow = 0, p.Window
 	if wide {
@@ -140,15 +150,21 @@ func (e *Engine) claim(ctx context.Context, token string, limit int, poll bool) 
 	}
 	start := time.Now()
 	msgs, err = e.db.Claim(ctx, p)
-	if err == nil {
+	switch {
+	case err == nil:
 		e.policy.fullScanDone(len(msgs) == p.Limit, time.Since(start), wide)
+	case !errors.Is(err, dialect.ErrClaimTurnBusy):
+		// A claim that failed (a timeout, say) waits like a barren one:
+		// retried at every poll it could hold the claim turn each time.
+		e.policy.fullScanDone(false, time.Since(start), wide)
 	}
 	return msgs, err
 }
 
 func newClaimPolicy(batch, inflight int) *claimPolicy {
 	c := &claimPolicy{turn: make(chan struct{}, 1), batch: batch,
-		share: (batch + inflight - 1) / inflight, probeAfter: minProbeAfter}
+		share: (batch + inflight - 1) / inflight, probeAfter: minProbeAfter,
+		wideAfter: time.Now().Add(wideScanMinWait)}
 	c.limit.Store(int64(batch))
 	return c
 }
@@ -212,19 +228,21 @@ func (c *claimPolicy) fullScanDue() bool {
 // stopped at its limit, cheaply) resets the backoff, a short one doubles
 // it, and makes it at least fullScanCostFactor × took.
 //
-// wide says the claim ignored the batches in flight (wideScan). A short
-// claim that did not, once the wait has reached fullScanMaxWait, makes the
-// next one ignore them; a wide one makes the next one heed them again.
+// wide says the claim ignored the batches in flight (wideScan): a short
+// one puts the next wide claim off by wideScanMinWait, or
+// wideScanCostFactor × took if longer.
 func (c *claimPolicy) fullScanDone(full bool, took time.Duration, wide bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if wide && !full {
+		c.wideAfter = time.Now().Add(max(wideScanMinWait, wideScanCostFactor*took))
+	}
 	if full {
-		c.scanWait, c.scanAfter, c.wide = 0, time.Time{}, false
+		c.scanWait, c.scanAfter = 0, time.Time{}
 		return
 	}
 	c.scanWait = min(max(2*c.scanWait, fullScanMinWait, fullScanCostFactor*took), fullScanMaxWait)
 	c.scanAfter = time.Now().Add(c.scanWait)
-	c.wide = !wide && c.scanWait == fullScanMaxWait
 }
 
 // wideScan reports whether the next unbounded claim ignores the batches in
@@ -232,5 +250,5 @@ func (c *claimPolicy) fullScanDone(full bool, took time.Duration, wide bool) {
 func (c *claimPolicy) wideScan() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.wide
+	return !time.Now().Before(c.wideAfter)
 }

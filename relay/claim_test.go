@@ -1,6 +1,9 @@
 package relay
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestClaimLimitFollowsReadyRows walks the claim size through its states:
 // whole batches, split into shares when a batch finds fewer ready rows
@@ -96,33 +99,32 @@ func TestClaimLimitFollowsReadyRows(t *testing.T) {
 	}
 }
 
-// TestUnboundedClaimIgnoresBatchesInFlightNowAndThen: once the unbounded
-// claim's backoff has reached fullScanMaxWait, every other unbounded claim
-// ignores the batches in flight in the window, so that a batch that is
-// always there (a deep key at the front) cannot keep the rows beyond the
-// window waiting for ever. A claim that filled its limit resets it all.
+// TestUnboundedClaimIgnoresBatchesInFlightNowAndThen: now and then an
+// unbounded claim ignores the batches in flight in the window (wideScan),
+// so that a batch that is always there (a deep key at the front) cannot
+// keep the rows beyond the window waiting for ever: not in an engine's
+// first wideScanMinWait, then until one comes back short, after which the
+// next waits wideScanMinWait, or wideScanCostFactor × its cost if longer.
+// A full one (rows were there) may be followed by another at once.
 func TestUnboundedClaimIgnoresBatchesInFlightNowAndThen(t *testing.T) {
 	c := newClaimPolicy(100, 2)
-	var wides []bool
-	for range 10 {
-		wide := c.wideScan()
-		wides = append(wides, wide)
-		c.fullScanDone(false, 0, wide)
+	if c.wideScan() {
+		t.Fatal("a new engine's first unbounded claim is wide")
 	}
-	// The wait doubles from fullScanMinWait (1 s) and reaches the 30 s
-	// maximum at the sixth short claim; from then on every other claim is
-	// wide.
-	want := []bool{false, false, false, false, false, false, true, false, true, false}
-	for i := range want {
-		if wides[i] != want[i] {
-			t.Fatalf("unbounded claims wide: %v, want %v", wides, want)
-		}
-	}
-	if c.scanWait != fullScanMaxWait {
-		t.Fatalf("wait %v, want %v", c.scanWait, fullScanMaxWait)
+	c.wideAfter = time.Now().Add(-time.Millisecond) // wideScanMinWait later
+	if !c.wideScan() {
+		t.Fatal("no wide claim wideScanMinWait after the start")
 	}
 	c.fullScanDone(true, 0, true)
-	if c.wideScan() || c.scanWait != 0 {
-		t.Fatalf("after a full claim: wide %v, wait %v; want neither", c.wideScan(), c.scanWait)
+	if !c.wideScan() {
+		t.Fatal("a full wide claim put the next one off")
+	}
+	c.fullScanDone(false, time.Second, true)
+	if c.wideScan() || time.Until(c.wideAfter) < wideScanMinWait-time.Second {
+		t.Fatalf("after a short wide claim: wide %v, next in %v; want none before %v", c.wideScan(), time.Until(c.wideAfter), wideScanMinWait)
+	}
+	c.fullScanDone(false, 10*time.Second, true)
+	if d := time.Until(c.wideAfter); d < wideScanCostFactor*10*time.Second-time.Second {
+		t.Fatalf("after a 10 s short wide claim the next is in %v, want %v", d, wideScanCostFactor*10*time.Second)
 	}
 }

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,5 +179,41 @@ func TestUnboundedClaimWaitsForOtherRelaysBatches(t *testing.T) {
 	waitLateHeadsSent(t, pg, dest, deadline)
 	if c, r := rec.unboundedClaims.Load(), rec.unboundedRows.Load(); c == 0 || r != 5 {
 		t.Fatalf("%d unbounded claims took %d rows; want at least 1, taking the 5 late heads", c, r)
+	}
+}
+
+// failingUnbounded is a dialect whose unbounded claims fail (a statement
+// timeout, say).
+type failingUnbounded struct {
+	dialect.Dialect
+	unbounded atomic.Int64
+}
+
+func (f *failingUnbounded) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	if p.Window == 0 {
+		f.unbounded.Add(1)
+		return nil, errors.New("canceling statement due to statement timeout")
+	}
+	return f.Dialect.Claim(ctx, p)
+}
+
+// TestFailedUnboundedClaimWaitsLikeABarrenOne: an unbounded claim that
+// fails is put off like one that found nothing. Retried at every poll, a
+// walk of the backlog that times out would hold the claim turn each time.
+func TestFailedUnboundedClaimWaitsLikeABarrenOne(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	db, err := postgres.New(pg.Pool, dialect.DefaultMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedBlockedWindow(t, ctx, pg) // windowed claims find nothing
+	f := &failingUnbounded{Dialect: db}
+	newWindowEngine(t, f) // polls every 20–100 ms
+	time.Sleep(1500 * time.Millisecond)
+	// The first fails at once; the backoff (fullScanMinWait, 1 s) allows
+	// one more in 1.5 s.
+	if n := f.unbounded.Load(); n < 1 || n > 2 {
+		t.Fatalf("%d unbounded claims in 1.5 s, each failing; want 1 or 2 (the full-scan backoff)", n)
 	}
 }

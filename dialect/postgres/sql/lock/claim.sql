@@ -34,9 +34,9 @@
 -- claim finds rows, its transaction keeps that KEY SHARE lock on the first
 -- due row until the batch ends: another relay's claim skips that row
 -- meanwhile, which delays it only if it becomes a head in that time. The
--- engine leaves .IdleWindow off on every other unbounded claim once their
--- backoff is at its maximum (relay/claim.go), so that a lock held for ever
--- does not keep the rows beyond the window waiting for ever.
+-- engine leaves .IdleWindow off on an unbounded claim now and then
+-- (relay/claim.go, wideScan: every five minutes or so), so that a lock held
+-- for ever does not keep the rows beyond the window waiting for ever.
 SELECT c.{{ col "id" }}::text,
        c.{{ col "topic" }},
        {{ if has "key" }}c.{{ col "key" }}{{ else }}NULL::text{{ end }},
