@@ -306,6 +306,28 @@ func TestRowWithoutCreatedAtIsDeliveredNotTimed(t *testing.T) {
 	}
 }
 
+// refuseUpdates installs, on the test's outbox table, a trigger that raises
+// an exception (SQLSTATE P0001) with message, a RAISE format and its
+// arguments, for every update whose new row satisfies cond: the refusal of
+// an adopted table's trigger.
+func refuseUpdates(t *testing.T, pg *testenv.PG, cond, message string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, `CREATE FUNCTION refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF `+cond+` THEN
+				RAISE EXCEPTION `+message+`;
+			END IF;
+			RETURN NEW;
+		END $$`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS refuse_updates() CASCADE`) })
+	if _, err := pg.Pool.Exec(ctx, `CREATE TRIGGER refuse_updates BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_updates()`); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestTableRefusingOneRowHoldsBackNoOther: a trigger of an adopted table
 // refuses, for some rows, the update that marks them sent. The rest of the
 // batch is settled all the same (the refused statement is narrowed down to
@@ -335,19 +357,8 @@ func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pg := testenv.Postgres(t)
 			ctx := context.Background()
-			if _, err := pg.Pool.Exec(ctx, `CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS $$
-				BEGIN
-					IF NEW.payload->>'i' IN ('`+strings.Join(tc.rows, "', '")+`') AND NEW.state IN `+tc.refuse+` THEN
-						RAISE EXCEPTION 'row % may not become %', NEW.payload->>'i', NEW.state;
-					END IF;
-					RETURN NEW;
-				END $$`); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS refuse_rows() CASCADE`) })
-			if _, err := pg.Pool.Exec(ctx, `CREATE TRIGGER refuse_rows BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_rows()`); err != nil {
-				t.Fatal(err)
-			}
+			refuseUpdates(t, pg, `NEW.payload->>'i' IN ('`+strings.Join(tc.rows, "', '")+`') AND NEW.state IN `+tc.refuse,
+				`'row % may not become %', NEW.payload->>'i', NEW.state`)
 			var requests atomic.Int64
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				requests.Add(1)
@@ -457,17 +468,7 @@ func (w *wroteCounter) count(op string) int {
 func TestTableRefusingEveryRowCostsBoundedStatements(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := context.Background()
-	if _, err := pg.Pool.Exec(ctx, `CREATE FUNCTION refuse_sent() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.state = 'sent' THEN RAISE EXCEPTION 'no row may become sent'; END IF;
-			RETURN NEW;
-		END $$`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS refuse_sent() CASCADE`) })
-	if _, err := pg.Pool.Exec(ctx, `CREATE TRIGGER refuse_sent BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_sent()`); err != nil {
-		t.Fatal(err)
-	}
+	refuseUpdates(t, pg, `NEW.state = 'sent'`, `'no row may become sent'`)
 	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, payload) SELECT 'hook.created', json_build_object('i', i) FROM generate_series(1, 500) i`); err != nil {
 		t.Fatal(err)
 	}
