@@ -156,7 +156,7 @@ func (e *Engine) claim(ctx context.Context, token string, limit int, poll bool) 
 	case !errors.Is(err, dialect.ErrClaimTurnBusy):
 		// A claim that failed (a timeout, say) waits like a barren one:
 		// retried at every poll it could hold the claim turn each time.
-		e.policy.fullScanDone(false, time.Since(start), wide)
+		e.policy.fullScanFailed(time.Since(start), wide)
 	}
 	return msgs, err
 }
@@ -243,6 +243,28 @@ func (c *claimPolicy) fullScanDone(full bool, took time.Duration, wide bool) {
 	}
 	c.scanWait = min(max(2*c.scanWait, fullScanMinWait, fullScanCostFactor*took), fullScanMaxWait)
 	c.scanAfter = time.Now().Add(c.scanWait)
+}
+
+// fullScanFailed records an unbounded claim that failed after took: the
+// next waits as after a barren one. A wide one that failed is tried again
+// after fullScanMaxWait, or wideScanCostFactor × took if longer: a walk
+// that timed out is put off as if it had come back short, a connection
+// error soon.
+func (c *claimPolicy) fullScanFailed(took time.Duration, wide bool) {
+	c.fullScanDone(false, took, false)
+	if wide {
+		c.mu.Lock()
+		c.wideAfter = time.Now().Add(max(fullScanMaxWait, wideScanCostFactor*took))
+		c.mu.Unlock()
+	}
+}
+
+// startWideClock starts the wait for the first wide claim: wideScanMinWait
+// after the engine starts to run.
+func (c *claimPolicy) startWideClock() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wideAfter = time.Now().Add(wideScanMinWait)
 }
 
 // wideScan reports whether the next unbounded claim ignores the batches in

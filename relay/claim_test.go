@@ -127,4 +127,21 @@ func TestUnboundedClaimIgnoresBatchesInFlightNowAndThen(t *testing.T) {
 	if d := time.Until(c.wideAfter); d < wideScanCostFactor*10*time.Second-time.Second {
 		t.Fatalf("after a 10 s short wide claim the next is in %v, want %v", d, wideScanCostFactor*10*time.Second)
 	}
+
+	// A wide claim that failed fast (a connection error) is tried again
+	// after fullScanMaxWait; one that timed out after a long walk, after
+	// wideScanCostFactor × that walk. Either way the full-scan backoff
+	// grows as after a barren claim.
+	c.fullScanDone(true, 0, false)
+	c.fullScanFailed(time.Millisecond, true)
+	if d := time.Until(c.wideAfter); d > fullScanMaxWait || d < fullScanMaxWait-time.Second {
+		t.Fatalf("after a fast failed wide claim the next is in %v, want %v", d, fullScanMaxWait)
+	}
+	if c.scanWait != fullScanMinWait {
+		t.Fatalf("after a failed claim the full-scan wait is %v, want %v", c.scanWait, fullScanMinWait)
+	}
+	c.fullScanFailed(10*time.Second, true)
+	if d := time.Until(c.wideAfter); d < wideScanCostFactor*10*time.Second-time.Second {
+		t.Fatalf("after a wide claim that failed after 10 s the next is in %v, want %v", d, wideScanCostFactor*10*time.Second)
+	}
 }

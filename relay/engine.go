@@ -166,6 +166,7 @@ func (e *Engine) Options() Options { return e.opt }
 // the batches in flight (within ShutdownTimeout) and returns nil. It returns
 // an error only when it could not start.
 func (e *Engine) Run(ctx context.Context) error {
+	e.policy.startWideClock()
 	var wg sync.WaitGroup
 	e.awake.Store(int32(e.opt.InflightBatches))
 	wg.Add(e.opt.InflightBatches + 1)
