@@ -187,10 +187,17 @@ func (c *claimPolicy) claimed(n, limit int, siblings int64) {
 		}
 	}
 	switch {
-	case limit > c.share && n < limit && siblings > 0:
+	case limit > c.share && n < limit && (siblings > 0 || n >= c.share):
 		// A claim of BatchSize found fewer ready rows than that while
-		// this engine had a batch in flight: claim shares. The next full
-		// share wakes the siblings to take the rest.
+		// this engine had a batch in flight, or found at least a share
+		// but not a batch: the ready heads are fewer than a batch; claim
+		// shares. The next full share wakes the siblings to take the
+		// rest. (Without a sibling in flight, a claim that found less
+		// than a share is the end of the backlog, or an idle table, and
+		// says nothing. The second condition is for replicas that each
+		// hold one batch, as three do at 1,000 keys and batch 1,000: they
+		// asked for whole batches, found half, and walked their window
+		// for the rest on every claim; performance.md, lesson 28.)
 		c.limit.Store(int64(c.share))
 		c.fullRun = 0
 		c.barren.Store(false)

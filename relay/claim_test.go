@@ -90,6 +90,19 @@ func TestClaimLimitFollowsReadyRows(t *testing.T) {
 		t.Fatalf("probe backoff %d after 20 failed probes, want the bound %d", after, maxProbeAfter)
 	}
 
+	// Alone, a claim of a whole batch that found at least a share but not
+	// a batch: fewer ready heads than a batch (replicas that each hold one
+	// batch). Split.
+	alone := newClaimPolicy(1000, 2)
+	alone.claimed(499, 1000, 0)
+	if got := alone.claimLimit(); got != 1000 {
+		t.Fatalf("alone, a claim that found less than a share: claim limit %d, want 1000", got)
+	}
+	alone.claimed(500, 1000, 0)
+	if got := alone.claimLimit(); got != 500 {
+		t.Fatalf("alone, a claim that found a share of a whole batch: claim limit %d, want 500", got)
+	}
+
 	// One batch in flight at most: nothing to split.
 	one := newClaimPolicy(100, 1)
 	one.claimed(0, 100, 1)
