@@ -43,12 +43,11 @@ const maxErrorLen = 1024
 // lasted (thousands of claims a second).
 func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) (report func(committed bool), pause time.Duration) {
 	var (
-		sent []string
-		// sentMsg and sentDest are sent's messages and destinations, and
-		// retryFrom says where each of retries is counted, index for
-		// index: for a row the table refuses to settle (write).
-		sentMsg   []*outbox.Message
-		sentDest  []string
+		sent = make([]string, 0, len(outcomes))
+		// sentAt is the outcome of each of sent, and retryFrom says where
+		// each of retries is counted, index for index: for a row the table
+		// refuses to settle (write).
+		sentAt    = make([]int, 0, len(outcomes))
 		sentBy    = map[string]int{}
 		retries   []dialect.RetryItem
 		retryFrom []counted
@@ -70,8 +69,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		m := o.msg
 		if o.err == nil {
 			sent = append(sent, m.ID)
-			sentMsg = append(sentMsg, m)
-			sentDest = append(sentDest, o.dest)
+			sentAt = append(sentAt, i)
 			sentBy[o.dest]++
 			continue
 		}
@@ -144,10 +142,11 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		for _, r := range e.write(log, "complete", token, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: sent[lo:hi]})
 		}) {
-			m := sentMsg[r.i]
+			o := &outcomes[sentAt[r.i]]
+			m := o.msg
 			refusedRows = append(refusedRows, refusedRow{
 				dialect.DeadItem{ID: m.ID, Attempt: m.Attempt + 1, Error: e.refusal("delivered, but the table refused to mark the row sent", r.err)},
-				counted{sentBy, sentDest[r.i]}})
+				counted{sentBy, o.dest}})
 		}
 	}
 	if len(retries) > 0 {
