@@ -13,26 +13,42 @@ var ErrLeaseLost = errors.New("outbox: claim lost (lease expired or row reclaime
 // ErrNoRoute reports a row whose topic matches no configured route.
 var ErrNoRoute = errors.New("no route matches the topic")
 
-type permanentError struct{ err error }
+// marked is err with a mark of kind K (one of the empty types below): it
+// reads and unwraps as err, and errors.As finds the mark through any
+// wrapping.
+type marked[K any] struct{ err error }
 
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
+func (e *marked[K]) Error() string { return e.err.Error() }
+func (e *marked[K]) Unwrap() error { return e.err }
+
+// mark marks err with kind K; mark(nil) is nil.
+func mark[K any](err error) error {
+	if err == nil {
+		return nil
+	}
+	return &marked[K]{err: err}
+}
+
+// hasMark reports whether err, or an error it wraps, was marked with K.
+func hasMark[K any](err error) bool {
+	var m *marked[K]
+	return errors.As(err, &m)
+}
+
+// The kinds of mark.
+type (
+	permanentMark    struct{}
+	unavailableMark  struct{}
+	maybeAppliedMark struct{}
+)
 
 // Permanent marks err as a failure that no retry can fix (a payload the
 // broker refuses, a 4xx that means "never"). The row goes dead at once with
 // the reason kept. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
+func Permanent(err error) error { return mark[permanentMark](err) }
 
 // IsPermanent reports whether err, or an error it wraps, was marked Permanent.
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
+func IsPermanent(err error) bool { return hasMark[permanentMark](err) }
 
 // IsRetryable reports whether a delivery that failed with err may succeed
 // later. Every non-nil error that is not Permanent is retryable: an unknown
@@ -68,48 +84,22 @@ func RetryDelay(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-type unavailableError struct{ err error }
-
-func (e *unavailableError) Error() string { return e.err.Error() }
-func (e *unavailableError) Unwrap() error { return e.err }
-
 // Unavailable marks err as a connection-level failure of the destination as a
 // whole (broker down, connection refused), as opposed to a failure of one
 // message. The engine releases such rows without spending an attempt when a
 // destination keeps failing this way.
-func Unavailable(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &unavailableError{err: err}
-}
+func Unavailable(err error) error { return mark[unavailableMark](err) }
 
 // IsUnavailable reports whether err was marked Unavailable.
-func IsUnavailable(err error) bool {
-	var u *unavailableError
-	return errors.As(err, &u)
-}
-
-type maybeAppliedError struct{ err error }
-
-func (e *maybeAppliedError) Error() string { return e.err.Error() }
-func (e *maybeAppliedError) Unwrap() error { return e.err }
+func IsUnavailable(err error) bool { return hasMark[unavailableMark](err) }
 
 // MaybeApplied marks a database error after which the statement may have
 // run and committed all the same: the connection broke, or the context
 // ended, after the statement was sent. A dialect marks such errors; a
 // statement that the server refused, or that was never sent, is not
 // marked. MaybeApplied(nil) is nil.
-func MaybeApplied(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &maybeAppliedError{err: err}
-}
+func MaybeApplied(err error) error { return mark[maybeAppliedMark](err) }
 
 // IsMaybeApplied reports whether err, or an error it wraps, was marked
 // MaybeApplied.
-func IsMaybeApplied(err error) bool {
-	var m *maybeAppliedError
-	return errors.As(err, &m)
-}
+func IsMaybeApplied(err error) bool { return hasMark[maybeAppliedMark](err) }
