@@ -164,9 +164,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: deads[lo:hi]})
 		}) {
 			deadFrom[r.i].by[deadFrom[r.i].dest]--
-			log.Error("the table refuses to dead-letter this row: it stays processing, and is delivered again (same id) when its lease expires; "+
-				"fix the trigger or constraint named in the error, or delete the row",
-				"token", token, "id", deads[r.i].ID, "err", r.err)
+			logStuck(log, "the table refuses to dead-letter this row", token, deads[r.i].ID, r.err)
 		}
 	}
 	// A refused row is counted dead if it died, and otherwise not at all:
@@ -255,6 +253,12 @@ func (e *Engine) reason(o *outcome) string {
 	default:
 		s = o.err.Error()
 	}
+	return e.lastError(s)
+}
+
+// lastError is s as the last_error column gets it: secrets redacted, on
+// one line, at most maxErrorLen bytes.
+func (e *Engine) lastError(s string) string {
 	return redact.Truncate(redact.OneLine(redact.String(s, e.opt.Secrets...)), maxErrorLen)
 }
 
@@ -268,7 +272,15 @@ type counted struct {
 // refusal is the last_error text of a row whose settlement the table
 // refused.
 func (e *Engine) refusal(what string, err error) string {
-	return redact.Truncate(redact.OneLine(redact.String(what+": "+err.Error(), e.opt.Secrets...)), maxErrorLen)
+	return e.lastError(what + ": " + err.Error())
+}
+
+// logStuck logs a row the table refuses to dead-letter: nothing more can be
+// written for it, so it stays processing.
+func logStuck(log *slog.Logger, msg, token, id string, err error) {
+	log.Error(msg+": it stays processing, and is delivered again (same id) when its lease expires; "+
+		"fix the trigger or constraint named in the error, or delete the row",
+		"token", token, "id", id, "err", err)
 }
 
 // maxSplitStatements bounds the statements write spends narrowing down the
@@ -338,9 +350,7 @@ func (e *Engine) deadLetter(ctx context.Context, log *slog.Logger, token, dest s
 		log.Warn("row dead: the table refused its settlement", "id", item.ID, "destination", dest, "token", token, "err", item.Error)
 		return true
 	case outbox.IsPermanent(err):
-		log.Error("the table refuses every settlement of this row: it stays processing, and is delivered again (same id) when its lease expires; "+
-			"fix the trigger or constraint named in the error, or delete the row",
-			"token", token, "id", item.ID, "err", err)
+		logStuck(log, "the table refuses every settlement of this row", token, item.ID, err)
 	case err != nil:
 		log.Error("could not dead-letter a row the table refused to settle; it returns to pending when the lease expires and is delivered again (same id)",
 			"token", token, "id", item.ID, "err", err)
