@@ -367,7 +367,7 @@ func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 			t.Cleanup(srv.Close)
 
 			insertRows(t, pg.Pool, 20, "hook.created", 5)
-			obs := &outcomeCounter{n: map[relay.Outcome]int64{}}
+			obs := newOutcomeCounter()
 			startEngine(t, pg, srv.URL, nil, relay.Options{
 				BatchSize: 100, Lease: 30 * time.Second, // no lease expires during the test
 				PollInterval: 10 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond,
@@ -415,11 +415,17 @@ func TestTableRefusingOneRowHoldsBackNoOther(t *testing.T) {
 	}
 }
 
-// outcomeCounter is a relay.Observer that counts settled rows by outcome.
+// outcomeCounter is a relay.Observer that counts settled rows by outcome,
+// and settlement statements by kind.
 type outcomeCounter struct {
 	relay.NopObserver
-	mu sync.Mutex
-	n  map[relay.Outcome]int64
+	mu    sync.Mutex
+	n     map[relay.Outcome]int64
+	wrote map[string]int
+}
+
+func newOutcomeCounter() *outcomeCounter {
+	return &outcomeCounter{n: map[relay.Outcome]int64{}, wrote: map[string]int{}}
 }
 
 func (c *outcomeCounter) Settled(_ string, o relay.Outcome, n int) {
@@ -428,6 +434,12 @@ func (c *outcomeCounter) Settled(_ string, o relay.Outcome, n int) {
 	if n != 0 {
 		c.n[o] += int64(n)
 	}
+}
+
+func (c *outcomeCounter) Wrote(op string, _ time.Duration, _ error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wrote[op]++
 }
 
 func (c *outcomeCounter) snapshot() map[relay.Outcome]int64 {
@@ -443,23 +455,10 @@ func (c *outcomeCounter) total() (sum int64) {
 	return sum
 }
 
-// wroteCounter is a relay.Observer that counts settlement statements.
-type wroteCounter struct {
-	relay.NopObserver
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (w *wroteCounter) Wrote(op string, _ time.Duration, _ error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.n[op]++
-}
-
-func (w *wroteCounter) count(op string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.n[op]
+func (c *outcomeCounter) statements(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wrote[op]
 }
 
 // TestTableRefusingEveryRowCostsBoundedStatements: a table that refuses to
@@ -474,22 +473,32 @@ func TestTableRefusingEveryRowCostsBoundedStatements(t *testing.T) {
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(srv.Close)
-	obs := &wroteCounter{n: map[string]int{}}
+	obs := newOutcomeCounter()
 	startEngine(t, pg, srv.URL, nil, relay.Options{
 		BatchSize: 500, InflightBatches: 1, Lease: 30 * time.Second,
 		PollInterval: 10 * time.Millisecond, MaxPollInterval: 20 * time.Millisecond, Observer: obs,
 	})
 	// The rows narrowed down to one go dead; the rest wait for their lease.
-	testenv.Eventually(t, 15*time.Second, func() bool { return summary(t, pg.Pool)["dead"].n > 0 }, "no refused row went dead")
+	// The batch's outcomes are reported once its settlement is over.
+	testenv.Eventually(t, 15*time.Second, func() bool { return obs.total() > 0 }, "no outcome reported")
 	s := summary(t, pg.Pool)
+	if s["dead"].n == 0 {
+		t.Fatalf("rows %+v: no refused row went dead", s)
+	}
 	if s["sent"].n != 0 || s["dead"].n+s["processing"].n != 500 {
 		t.Fatalf("rows %+v: want none sent, every row dead or processing", s)
 	}
 	// The statement, and at most 64 more to narrow it down.
-	if n := obs.count("complete"); n < 2 || n > 65 {
+	if n := obs.statements("complete"); n < 2 || n > 65 {
 		t.Fatalf("%d complete statements for one batch of 500 refused rows; want the narrowing-down bounded (2..65)", n)
 	}
-	t.Logf("complete statements: %d, dead rows: %d", obs.count("complete"), s["dead"].n)
+	// The rows left processing were settled in no way: they count in no
+	// outcome, and the dead ones count dead once.
+	want := map[relay.Outcome]int64{relay.OutcomeDead: int64(s["dead"].n)}
+	if got := obs.snapshot(); !maps.Equal(got, want) {
+		t.Fatalf("outcomes counted %v, want %v: a row the relay gave up settling is counted in no outcome", got, want)
+	}
+	t.Logf("complete statements: %d, dead rows: %d", obs.statements("complete"), s["dead"].n)
 }
 
 // replyLost is a dialect whose first Complete commits but reports err, as

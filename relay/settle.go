@@ -139,32 +139,44 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 	}
 	var refusedRows []refusedRow
 	if len(sent) > 0 {
-		for _, r := range e.write(log, "complete", token, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
+		refused, unsettled := e.write(log, "complete", token, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: sent[lo:hi]})
-		}) {
+		})
+		for _, r := range refused {
 			o := &outcomes[sentAt[r.i]]
 			m := o.msg
 			refusedRows = append(refusedRows, refusedRow{
 				dialect.DeadItem{ID: m.ID, Attempt: m.Attempt + 1, Error: e.refusal("delivered, but the table refused to mark the row sent", r.err)},
 				counted{sentBy, o.dest}})
 		}
+		for _, i := range unsettled {
+			sentBy[outcomes[sentAt[i]].dest]--
+		}
 	}
 	if len(retries) > 0 {
-		for _, r := range e.write(log, "retry", token, len(retries), func(ctx context.Context, lo, hi int) (int64, error) {
+		refused, unsettled := e.write(log, "retry", token, len(retries), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Retry(ctx, dialect.RetryParams{Token: token, Items: retries[lo:hi]})
-		}) {
+		})
+		for _, r := range refused {
 			it := retries[r.i]
 			refusedRows = append(refusedRows, refusedRow{
 				dialect.DeadItem{ID: it.ID, Attempt: it.Attempt, Error: e.refusal("the table refused the row's retry after: "+it.Error, r.err)},
 				retryFrom[r.i]})
 		}
+		for _, i := range unsettled {
+			retryFrom[i].by[retryFrom[i].dest]--
+		}
 	}
 	if len(deads) > 0 {
-		for _, r := range e.write(log, "dead", token, len(deads), func(ctx context.Context, lo, hi int) (int64, error) {
+		refused, unsettled := e.write(log, "dead", token, len(deads), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: deads[lo:hi]})
-		}) {
+		})
+		for _, r := range refused {
 			deadFrom[r.i].by[deadFrom[r.i].dest]--
 			logStuck(log, "the table refuses to dead-letter this row", token, deads[r.i].ID, r.err)
+		}
+		for _, i := range unsettled {
+			deadFrom[i].by[deadFrom[i].dest]--
 		}
 	}
 	// A refused row is counted dead if it died, and otherwise not at all:
@@ -179,13 +191,17 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		}
 		cancel()
 	}
+	releasedN := len(released)
 	if len(released) > 0 {
-		for _, r := range e.write(log, "release", token, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
+		refused, unsettled := e.write(log, "release", token, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: released[lo:hi]})
-		}) {
+		})
+		for _, r := range refused {
+			releasedN--
 			log.Error("the table refuses to release this row: it stays processing until its lease expires",
 				"token", token, "id", released[r.i], "err", r.err)
 		}
+		releasedN -= len(unsettled)
 	}
 	// The outcomes are reported once the caller knows they are durable:
 	// at once in lease mode, after the batch transaction commits in lock
@@ -198,7 +214,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			e.obs.Settled("", OutcomeReleased, len(outcomes))
 			return
 		}
-		e.report(log, sentBy, retryBy, deferredBy, deadBy, len(released), firstRetry)
+		e.report(log, sentBy, retryBy, deferredBy, deadBy, releasedN, firstRetry)
 	}, pause
 }
 
@@ -303,12 +319,12 @@ type rowError struct {
 // constraint) is narrowed down by halving the range, in lease mode, so that
 // one row the table refuses does not send the whole batch back to pending
 // at every lease expiry, to be delivered and refused again. It returns the
-// rows the table refused on their own, each with its error; rows that
-// could not be settled otherwise are logged here, and come back when their
-// lease expires. In lock mode a failed statement has rolled back the
+// rows the table refused on their own, each with its error, and the rows
+// that could not be settled otherwise: those are logged here, come back
+// when their lease expires, and are to be counted in no outcome. In lock mode a failed statement has rolled back the
 // batch's transaction: nothing can be narrowed, and the batch is delivered
 // again.
-func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx context.Context, lo, hi int) (int64, error)) (refused []rowError) {
+func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx context.Context, lo, hi int) (int64, error)) (refused []rowError, unsettled []int) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
 	defer cancel()
 	_, lockMode := e.db.(dialect.BatchCommitter)
@@ -323,6 +339,9 @@ func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx co
 		case !outbox.IsPermanent(err) || ctx.Err() != nil || lockMode || budget < 2:
 			log.Error("could not settle rows; they return to pending when the lease expires and are delivered again (same ids)",
 				"op", op, "token", token, "rows", hi-lo, "err", err)
+			for i := lo; i < hi; i++ {
+				unsettled = append(unsettled, i)
+			}
 		default:
 			if lo == 0 && hi == n {
 				log.Warn("the table refused a settlement statement; narrowing it down to the rows it refuses",
@@ -335,7 +354,7 @@ func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx co
 		}
 	}
 	run(0, n)
-	return refused
+	return refused, unsettled
 }
 
 // deadLetter dead-letters one row that the table refused to mark sent or
