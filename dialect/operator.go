@@ -22,10 +22,24 @@ type Inspector interface {
 	// DeadList lists dead rows, newest first.
 	DeadList(ctx context.Context, p DeadListParams) ([]DeadRow, error)
 	// Replay moves the selected rows back to pending (attempt 0, due now,
-	// error and claim cleared, same id and sequence) and returns how many
-	// it moved (or, with DryRun, would move).
-	Replay(ctx context.Context, p ReplayParams) (int64, error)
+	// error and claim cleared, same id and sequence). It reads the
+	// selection once and reports how many rows it selected and how many
+	// of them it moved; with DryRun it moves none.
+	Replay(ctx context.Context, p ReplayParams) (ReplayResult, error)
 }
+
+// ReplayResult is what Inspector.Replay did. Moved is at most Selected: a
+// selected keyed row whose key has a row processing is left as it is
+// (moved back then, it would be its key's head while that row is out, two
+// rows of one key in flight), and so is a row that changed after it was
+// selected. On an error, Moved counts the rows moved before it.
+type ReplayResult struct {
+	Selected int64 // rows the selectors matched when the replay read them
+	Moved    int64 // rows moved back to pending
+}
+
+// Left is the number of selected rows the replay did not move.
+func (r ReplayResult) Left() int64 { return r.Selected - r.Moved }
 
 // StatsParams are the inputs of Inspector.Stats.
 type StatsParams struct {

@@ -76,28 +76,25 @@ out, two rows of one key in flight. Run the replay again once it is sent.`,
 			if err != nil {
 				return err
 			}
-			// How many rows the selector takes, to say how many were left.
-			dry := p
-			dry.DryRun = true
-			selected, err := odb.in.Replay(cmd.Context(), dry)
-			n := selected
-			if err == nil && !dryRun {
-				n, err = odb.in.Replay(cmd.Context(), p)
+			res, err := odb.in.Replay(cmd.Context(), p)
+			n := res.Moved
+			if dryRun {
+				n = res.Selected
 			}
 			attrs := []any{"state", state, "ids", ids, "topic", topic, "key", key, "since", fmtTime(sinceT), "until", fmtTime(untilT), "dry_run", dryRun, "rows", n}
-			if left := selected - n; err == nil && left > 0 {
+			if left := res.Left(); err == nil && !dryRun && left > 0 {
 				attrs = append(attrs, "left", left)
 			}
 			if err != nil {
 				log.Error("replay failed", append(attrs, "err", err)...)
-				return fmt.Errorf("replay: %w (%d rows moved before the error)", err, n)
+				return fmt.Errorf("replay: %w (%d rows moved before the error)", err, res.Moved)
 			}
 			log.Info("replay", attrs...)
 			if dryRun {
 				fmt.Fprintf(cmd.OutOrStdout(), "would replay %d rows\n", n)
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "replayed %d rows\n", n)
-				if left := selected - n; left > 0 {
+				if left := res.Left(); left > 0 {
 					fmt.Fprintf(cmd.OutOrStdout(), "left %d selected rows: their key has a row being delivered (replayed now, two rows of the key would be in flight; run the replay again once it is sent), or they changed meanwhile\n", left)
 				}
 			}

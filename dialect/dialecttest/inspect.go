@@ -37,6 +37,7 @@ func runInspector(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"InspectDeadList", testDeadList},
 		{"InspectReplay", testReplay},
 		{"InspectReplaySent", testReplaySent},
+		{"InspectReplayLeavesAKeyInFlight", testReplayLeavesAKeyInFlight},
 		{"HoldKeepsKeyUntilReplay", testHoldReplay},
 		{"HoldReleaseKey", testHoldRelease},
 		{"PurgeOldFinishedRows", testPurge},
@@ -252,22 +253,22 @@ func testReplay(t *testing.T, h Harness) {
 		t.Error("replay of a malformed id accepted")
 	}
 	n, err := in.Replay(ctx, dialect.ReplayParams{TopicPattern: "pay.*", DryRun: true})
-	wantAffected(t, "dry run", n, err, 3)
+	wantReplay(t, "dry run", n, err, 3, 0)
 	if r := row(t, ctx, h, ids[0]); r.State != outbox.StateDead {
 		t.Fatalf("dry run moved a row: %+v", r)
 	}
 	// AND: topic pay.* and key k is one row.
 	n, err = in.Replay(ctx, dialect.ReplayParams{TopicPattern: "pay.*", Key: "k", DryRun: true})
-	wantAffected(t, "dry run topic+key", n, err, 1)
+	wantReplay(t, "dry run topic+key", n, err, 1, 0)
 	n, err = in.Replay(ctx, dialect.ReplayParams{IDs: []string{ids[0], ids[3]}, TopicPattern: "pay.**", DryRun: true})
-	wantAffected(t, "dry run ids+topic", n, err, 1)
+	wantReplay(t, "dry run ids+topic", n, err, 1, 0)
 	db := now(t, ctx, h)
 	n, err = in.Replay(ctx, dialect.ReplayParams{Until: db.Add(-time.Hour)})
-	wantAffected(t, "replay until an hour ago", n, err, 0)
+	wantReplay(t, "replay until an hour ago", n, err, 0, 0)
 
 	// Batches of one: three statements.
 	n, err = in.Replay(ctx, dialect.ReplayParams{TopicPattern: "pay.*", Since: db.Add(-time.Hour), BatchSize: 1})
-	wantAffected(t, "replay pay.*", n, err, 3)
+	wantReplay(t, "replay pay.*", n, err, 3, 3)
 	for i, id := range ids[:3] {
 		r := row(t, ctx, h, id)
 		if r.State != outbox.StatePending || r.Attempt != 0 || r.LastError != nil || r.ClaimToken != "" || r.LeaseExpiresAt != nil {
@@ -293,7 +294,7 @@ func testReplay(t *testing.T, h Harness) {
 	}
 	// Nothing left to replay with that selector.
 	n, err = in.Replay(ctx, dialect.ReplayParams{TopicPattern: "pay.*"})
-	wantAffected(t, "replay again", n, err, 0)
+	wantReplay(t, "replay again", n, err, 0, 0)
 }
 
 func testReplaySent(t *testing.T, h Harness) {
@@ -302,14 +303,64 @@ func testReplaySent(t *testing.T, h Harness) {
 	ids := insert(t, ctx, h, Row{Topic: "s.a"}, Row{Topic: "s.b"})
 	claimComplete(t, ctx, h.Dialect())
 	n, err := in.Replay(ctx, dialect.ReplayParams{IDs: ids[:1]})
-	wantAffected(t, "replay of a sent row as dead", n, err, 0)
+	wantReplay(t, "replay of a sent row as dead", n, err, 0, 0)
 	n, err = in.Replay(ctx, dialect.ReplayParams{State: "sent", IDs: ids[:1]})
-	wantAffected(t, "replay sent", n, err, 1)
+	wantReplay(t, "replay sent", n, err, 1, 1)
 	if r := row(t, ctx, h, ids[0]); r.State != outbox.StatePending || r.ClaimToken != "" {
 		t.Errorf("replayed sent row: %+v", r)
 	}
 	if r := row(t, ctx, h, ids[1]); r.State != outbox.StateSent {
 		t.Errorf("unselected sent row: %+v", r)
+	}
+}
+
+// testReplayLeavesAKeyInFlight: a dead row whose key has a later row
+// processing is selected but not moved (moved back, it would be its key's
+// head while that row is out: two rows of one key in flight); the result
+// says so, and the replay after that row is sent moves it.
+func testReplayLeavesAKeyInFlight(t *testing.T, h Harness) {
+	ctx := testContext(t)
+	d := h.Dialect()
+	in := inspector(t, d)
+	ids := insert(t, ctx, h, Row{Topic: "in.a", Key: "k"}, Row{Topic: "in.b", Key: "k"}, Row{Topic: "in.c", Key: "other"})
+	kill(t, ctx, d, "poison", ids[0], ids[2])
+	// The dead head released k: its next row is claimed, and stays out.
+	token := newToken()
+	out := claim(t, ctx, h, token, 10, longLease)
+	if len(out) != 1 || out[0].ID != ids[1] {
+		t.Fatalf("claimed %v, want only k's second row %s", idsOf(out), ids[1])
+	}
+	dry, err := in.Replay(ctx, dialect.ReplayParams{TopicPattern: "in.*", DryRun: true})
+	wantReplay(t, "dry run beside a row in flight", dry, err, 2, 0)
+	res, err := in.Replay(ctx, dialect.ReplayParams{TopicPattern: "in.*"})
+	wantReplay(t, "replay beside a row in flight", res, err, 2, 1)
+	if res.Left() != 1 {
+		t.Errorf("left %d rows, want 1", res.Left())
+	}
+	if r := row(t, ctx, h, ids[0]); r.State != outbox.StateDead {
+		t.Fatalf("k's dead row was replayed while k's next row is processing: %+v", r)
+	}
+	if r := row(t, ctx, h, ids[2]); r.State != outbox.StatePending {
+		t.Fatalf("the other key's dead row: %+v, want pending", r)
+	}
+	n, err := d.Complete(ctx, dialect.CompleteParams{Token: token, IDs: []string{ids[1]}})
+	wantAffected(t, "complete k's row in flight", n, err, 1)
+	res, err = in.Replay(ctx, dialect.ReplayParams{TopicPattern: "in.*"})
+	wantReplay(t, "replay once k's row is sent", res, err, 1, 1)
+	if r := row(t, ctx, h, ids[0]); r.State != outbox.StatePending {
+		t.Fatalf("k's dead row after its key's row was sent: %+v, want pending", r)
+	}
+}
+
+// wantReplay fails the test unless the replay succeeded and selected and
+// moved the rows it should.
+func wantReplay(t *testing.T, what string, got dialect.ReplayResult, err error, selected, moved int64) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if got != (dialect.ReplayResult{Selected: selected, Moved: moved}) {
+		t.Fatalf("%s: selected %d and moved %d rows, want %d and %d", what, got.Selected, got.Moved, selected, moved)
 	}
 }
 
@@ -367,7 +418,7 @@ func testHoldReplay(t *testing.T, h Harness) {
 	}
 
 	n, err := in.Replay(ctx, dialect.ReplayParams{IDs: ids[:1]})
-	wantAffected(t, "replay head", n, err, 1)
+	wantReplay(t, "replay head", n, err, 1, 1)
 	var order []string
 	for range 3 {
 		got := claimComplete(t, ctx, d)

@@ -147,18 +147,18 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 // in (sequence, id) order, then moves them in batches of BatchSize, each
 // batch its own short statement (and transaction), re-checking the state so
 // that a row that changed in between is left alone.
-func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, error) {
+func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.ReplayResult, error) {
 	if p.Empty() {
-		return 0, outbox.Permanent(dialect.ErrNoSelector)
+		return dialect.ReplayResult{}, outbox.Permanent(dialect.ErrNoSelector)
 	}
 	from, err := p.FromState()
 	if err != nil {
-		return 0, err
+		return dialect.ReplayResult{}, err
 	}
 	state := d.mapping.State(from)
 	topic, err := optTopic(p.TopicPattern)
 	if err != nil {
-		return 0, err
+		return dialect.ReplayResult{}, err
 	}
 	var ids []string
 	if len(p.IDs) > 0 && d.opts.idType != "" && d.opts.idType != "uuid" {
@@ -168,38 +168,38 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 		for i, id := range p.IDs {
 			u, err := uuid.Parse(id)
 			if err != nil {
-				return 0, outbox.Permanent(fmt.Errorf("replay: id %q is not a UUID", id))
+				return dialect.ReplayResult{}, outbox.Permanent(fmt.Errorf("replay: id %q is not a UUID", id))
 			}
 			ids[i] = u.String()
 		}
 	}
 	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, p.Until); err != nil {
-		return 0, err
+		return dialect.ReplayResult{}, err
 	}
 	if err := p.CheckWindow(); err != nil {
-		return 0, err
+		return dialect.ReplayResult{}, err
 	}
 	rows, err := d.pool.Query(ctx, d.queries["replay_select"], state, ids, topic, optText(p.Key), optTime(p.Since), optTime(p.Until))
 	if err != nil {
-		return 0, interpretError("replay_select", err)
+		return dialect.ReplayResult{}, interpretError("replay_select", err)
 	}
 	selected, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return 0, interpretError("replay_select", err)
+		return dialect.ReplayResult{}, interpretError("replay_select", err)
 	}
+	res := dialect.ReplayResult{Selected: int64(len(selected))}
 	if p.DryRun {
-		return int64(len(selected)), nil
+		return res, nil
 	}
 	batch := p.Batch()
-	var moved int64
 	for start := 0; start < len(selected); start += batch {
 		n, err := d.replayBatch(ctx, state, selected[start:min(start+batch, len(selected))])
-		moved += n
+		res.Moved += n
 		if err != nil {
-			return moved, err
+			return res, err
 		}
 	}
-	return moved, nil
+	return res, nil
 }
 
 // replayBatch runs replay.sql for one batch of ids. With the table's claim

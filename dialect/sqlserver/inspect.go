@@ -158,18 +158,18 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 // whose topic the router pattern matches, and moves each page's ids with
 // one short statement (and transaction) that re-checks the state, so that
 // a row that changed in between is left alone.
-func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, error) {
+func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.ReplayResult, error) {
 	if p.Empty() {
-		return 0, outbox.Permanent(dialect.ErrNoSelector)
+		return dialect.ReplayResult{}, outbox.Permanent(dialect.ErrNoSelector)
 	}
 	from, err := p.FromState()
 	if err != nil {
-		return 0, err
+		return dialect.ReplayResult{}, err
 	}
 	state := d.mapping.State(from)
 	topic, err := parseTopicFilter(p.TopicPattern)
 	if err != nil {
-		return 0, err
+		return dialect.ReplayResult{}, err
 	}
 	var ids sql.NullString
 	if len(p.IDs) > 0 {
@@ -177,48 +177,47 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (int64, er
 		for i, id := range p.IDs {
 			u, err := uuid.Parse(id)
 			if err != nil {
-				return 0, outbox.Permanent(fmt.Errorf("replay: id %q is not a UUID", dialect.Snippet([]byte(id))))
+				return dialect.ReplayResult{}, outbox.Permanent(fmt.Errorf("replay: id %q is not a UUID", dialect.Snippet([]byte(id))))
 			}
 			canon[i] = u.String()
 		}
 		doc, err := json.Marshal(canon)
 		if err != nil {
-			return 0, err
+			return dialect.ReplayResult{}, err
 		}
 		ids = sql.NullString{String: string(doc), Valid: true}
 	}
 	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, p.Until); err != nil {
-		return 0, err
+		return dialect.ReplayResult{}, err
 	}
 	if err := p.CheckWindow(); err != nil {
-		return 0, err
+		return dialect.ReplayResult{}, err
 	}
 	batch := p.Batch()
 	var (
-		moved    int64
+		res      dialect.ReplayResult
 		afterSeq sql.NullInt64
 		afterID  sql.NullString
 	)
 	for {
 		selected, n, err := d.replayPage(ctx, batch, state, ids, topic, p, &afterSeq, &afterID)
 		if err != nil {
-			return moved, err
+			return res, err
 		}
-		if p.DryRun {
-			moved += int64(len(selected))
-		} else if len(selected) > 0 {
+		res.Selected += int64(len(selected))
+		if !p.DryRun && len(selected) > 0 {
 			doc, err := json.Marshal(selected)
 			if err != nil {
-				return moved, err
+				return res, err
 			}
 			k, err := d.exec(ctx, "replay", sql.Named("state", state), sql.Named("ids", string(doc)))
-			moved += k
+			res.Moved += k
 			if err != nil {
-				return moved, err
+				return res, err
 			}
 		}
 		if n < batch {
-			return moved, nil
+			return res, nil
 		}
 	}
 }
