@@ -13,6 +13,12 @@ import (
 // replaying every dead (or sent) row is never what an operator meant.
 var ErrNoSelector = errors.New("replay needs at least one selector (ids, topic pattern, key, since or until)")
 
+// ErrBadID is wrapped by the (permanent) error Inspector.Replay returns
+// when a selected id cannot be a value of the table's id column: not a
+// UUID for a uuid id, not an integer for an integer id. The CLI reports it
+// as a usage error.
+var ErrBadID = errors.New("bad id")
+
 // Inspector answers the operator's questions: what is pending, what is
 // dead, and moves dead (or sent) rows back to pending. It is a separate,
 // optional interface: the delivery path does not need it.

@@ -266,6 +266,38 @@ func TestAdoptTableOfAnotherShape(t *testing.T) {
 	if n := checkDeliveries(t, "JetStream", got, ids, w.prefix, false); n != keys {
 		t.Fatalf("%d keys delivered, want %d", n, keys)
 	}
+
+	// Replay on a BIGINT id: by id (what dead list prints), and by key.
+	var deadID string
+	if err := w.pg.Pool.QueryRow(ctx, `SELECT event_no::text FROM app_events WHERE status = 'ERROR'`).Scan(&deadID); err != nil {
+		t.Fatal(err)
+	}
+	replay := func(args ...string) (int, string) {
+		cmd := exec.Command(binPath, append([]string{"replay", "--config", cfg}, args...)...)
+		cmd.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	if code, out := replay("--id", "0b6f0d8e-4c1a-4d7e-9a57-3f7f2b0c9e11"); code != 2 || !strings.Contains(out, "not an integer") {
+		t.Fatalf("replay --id UUID on a bigint id: exit %d, want 2 naming the id type\n%s", code, out)
+	}
+	if code, out := replay("--id", deadID); code != 0 || !strings.Contains(out, "replayed 1 rows") {
+		t.Fatalf("replay --id %s: exit %d\n%s", deadID, code, out)
+	}
+	if code, out := replay("--state", "sent", "--key", "p-3", "--dry-run"); code != 0 || !strings.Contains(out, "would replay 100 rows") {
+		t.Fatalf("replay --state sent --key p-3 --dry-run: exit %d\n%s", code, out)
+	}
+	if code, out := replay("--state", "sent", "--key", "p-3", "--batch-size", "30"); code != 0 || !strings.Contains(out, "replayed 100 rows") {
+		t.Fatalf("replay --state sent --key p-3: exit %d\n%s", code, out)
+	}
+	var firstNew, lastNew int64
+	c := countBy(t, w.pg.Pool, `SELECT status || coalesce('/' || partition_key, ''), count(*) FROM app_events WHERE status = 'NEW' GROUP BY 1`)
+	if c["NEW"] != 1 || c["NEW/p-3"] != 100 || len(c) != 2 {
+		t.Fatalf("rows NEW after the replays, by key: %v; want the dead row and key p-3's 100", c)
+	}
+	if err := w.pg.Pool.QueryRow(ctx, `SELECT min(event_no), max(event_no) FROM app_events WHERE status = 'NEW' AND partition_key = 'p-3'`).Scan(&firstNew, &lastNew); err != nil || lastNew-firstNew != 99*keys {
+		t.Fatalf("replayed key p-3 spans event_no %d..%d (%v); want its 100 rows", firstNew, lastNew, err)
+	}
 }
 
 // TestAdoptMappingNamesMissingColumn: a mapping that names a column the

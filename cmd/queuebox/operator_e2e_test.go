@@ -100,6 +100,11 @@ func TestDeadListAndReplayRoundTrip(t *testing.T) {
 		deadIDs[d.ID] = true
 	}
 
+	// An id the table's uuid column cannot hold is a usage error, and
+	// moves nothing.
+	if code, out := cliOut(t, "replay", "--config", cfg, "--id", "order-42"); code != 2 {
+		t.Fatalf("replay --id order-42 on a uuid table: exit %d, want 2 (usage)\n%s", code, out)
+	}
 	recv.failing.Store(false)
 	code, out = cliOut(t, "replay", "--config", cfg, "--topic", "hook.*")
 	if code != 0 || !strings.Contains(out, "20") {

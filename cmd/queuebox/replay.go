@@ -1,10 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/queuebox/queuebox/dialect"
@@ -43,11 +43,6 @@ out, two rows of one key in flight. Run the replay again once it is sent.`,
 			if batchSize <= 0 {
 				return usagef("--batch-size %d: want a positive number", batchSize)
 			}
-			for _, id := range ids {
-				if _, err := uuid.Parse(id); err != nil {
-					return usagef("--id %q is not a UUID", id)
-				}
-			}
 			if err := checkTopicPattern(topic); err != nil {
 				return err
 			}
@@ -84,6 +79,12 @@ out, two rows of one key in flight. Run the replay again once it is sent.`,
 			attrs := []any{"state", state, "ids", ids, "topic", topic, "key", key, "since", fmtTime(sinceT), "until", fmtTime(untilT), "dry_run", dryRun, "rows", n}
 			if left := res.Left(); err == nil && !dryRun && left > 0 {
 				attrs = append(attrs, "left", left)
+			}
+			if errors.Is(err, dialect.ErrBadID) {
+				// Checked against the table's id type (uuid, or an
+				// adopted table's integer or text id), which only the
+				// dialect knows.
+				return usagef("%v", err)
 			}
 			if err != nil {
 				log.Error("replay failed", append(attrs, "err", err)...)

@@ -177,7 +177,7 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.R
 		for i, id := range p.IDs {
 			u, err := uuid.Parse(id)
 			if err != nil {
-				return dialect.ReplayResult{}, outbox.Permanent(fmt.Errorf("replay: id %q is not a UUID", dialect.Snippet([]byte(id))))
+				return dialect.ReplayResult{}, outbox.Permanent(fmt.Errorf("replay: %w: %q is not a UUID", dialect.ErrBadID, dialect.Snippet([]byte(id))))
 			}
 			canon[i] = u.String()
 		}
