@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
 )
 
 // holdTurn opens a transaction that holds d's table's claim turn, as
@@ -104,8 +106,15 @@ func TestTurnClaimCancelledWhileWaiting(t *testing.T) {
 // that the next claims run on it; its backend pid shows it is the same
 // connection). A column whose type changes under the prepared claim fails
 // one claim, not every claim on the connection. With a plan for each
-// execution, as `queuebox run` connects.
+// execution, as `queuebox run` connects. The same for polls (poll=true),
+// which take their two round trips on the same path.
 func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
+	for _, poll := range []bool{false, true} {
+		t.Run(fmt.Sprintf("poll=%v", poll), func(t *testing.T) { testTurnClaimErrorLeavesTheConnectionUsable(t, poll) })
+	}
+}
+
+func testTurnClaimErrorLeavesTheConnectionUsable(t *testing.T, poll bool) {
 	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
 	ctx := testenv.Context(t, 30*time.Second)
 	d := newDialect(t, pg.Pool)
@@ -123,7 +132,7 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 		BEGIN RAISE EXCEPTION 'claims refused by the test'; END $$`)
 	pg.MustExec(t, ctx, `CREATE TRIGGER refuse_claim BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_claim()`)
 	for i := range 3 {
-		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c1", Limit: 2, Lease: time.Minute})
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c1", Limit: 2, Lease: time.Minute, Poll: poll})
 		if err == nil || !strings.Contains(err.Error(), "claims refused by the test") || len(msgs) != 0 {
 			t.Fatalf("claim %d against the refusing trigger: %d rows, %v; want the trigger's error", i, len(msgs), err)
 		}
@@ -141,7 +150,7 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 	}
 	// The claim is prepared on the connection now; change a column's type
 	// under it.
-	if msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c3", Limit: 1, Lease: time.Minute}); err != nil || len(msgs) != 1 {
+	if msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c3", Limit: 1, Lease: time.Minute, Poll: poll}); err != nil || len(msgs) != 1 {
 		t.Fatalf("claim before the column change: %d rows, %v", len(msgs), err)
 	}
 	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
@@ -156,7 +165,7 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 		pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`) // DISCARD ALL resets it
 		failed := 0
 		for {
-			msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c4", Limit: 1, Lease: time.Minute})
+			msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c4", Limit: 1, Lease: time.Minute, Poll: poll})
 			if err == nil && len(msgs) == 1 {
 				break
 			}
@@ -170,7 +179,7 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 	// the connection, and the rows come in order.
 	var got []string
 	for _, want := range []int{2, 1, 0} {
-		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c2", Limit: 2, Lease: time.Minute})
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c2", Limit: 2, Lease: time.Minute, Poll: poll})
 		if err != nil || len(msgs) != want {
 			t.Fatalf("claim after the failures: %d rows, %v; want %d", len(msgs), err, want)
 		}
@@ -250,15 +259,15 @@ func TestTurnWaitIsObserved(t *testing.T) {
 	}
 }
 
-// TestPollAfterTheClaimChangedUnderIt: a poll (pollClaim) runs the claim
-// shapes that turnClaim prepares, through pgx's statement cache. When a
-// column changes type under them, or a pooler's DISCARD ALL drops them, a
-// poll fails at most once for each of its statements, then works: it must not share
-// turnClaim's prepared statement, which pgx files under the statement's
-// text when prepared under it, does not invalidate after an error, and
-// only turnClaim repairs. Idle relays only poll, so before the fix they
-// failed on that connection until it was recycled. A pool of one, so that
-// every claim runs on the same connection.
+// TestPollAfterTheClaimChangedUnderIt: a poll runs the claim shapes that a
+// claim in turn prepares, on the same path (turnClaim). When a column
+// changes type under them, or a pooler's DISCARD ALL drops them, a poll
+// fails at most once, then works. Idle relays only poll: when polls ran
+// the claim through pgx's statement cache and shared turnClaim's prepared
+// statement, which pgx files under the statement's text, does not
+// invalidate after an error, and only turnClaim repaired, they failed on
+// that connection until it was recycled. A pool of one, so that every
+// claim runs on the same connection.
 func TestPollAfterTheClaimChangedUnderIt(t *testing.T) {
 	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
 	ctx := testenv.Context(t, 30*time.Second)
@@ -284,14 +293,16 @@ func TestPollAfterTheClaimChangedUnderIt(t *testing.T) {
 		}
 		reset()
 	}
-	// Each statement that vanished fails once: after DISCARD ALL a poll
-	// can fail twice, once for its try of the turn and once for the claim.
+	// Each change fails one claim and one poll at most: a poll, like a
+	// claim in turn, drops both its statements after the server's error.
+	// (Before polls ran on turnClaim's path, a poll could fail twice after
+	// DISCARD ALL: once for its try of the turn, once for the claim.)
 	for _, c := range []struct {
 		what, change string
 		polls        int // failures allowed to the polls
 	}{
 		{"the column changed type", `ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(300)`, 1},
-		{"the prepared statements vanished", `DISCARD ALL`, 2},
+		{"the prepared statements vanished", `DISCARD ALL`, 1},
 	} {
 		pg.MustExec(t, ctx, c.change)
 		pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`)
@@ -394,5 +405,58 @@ func TestLeaseStartsAfterTheTurnWait(t *testing.T) {
 	left := time.Duration(secs * float64(time.Second))
 	if left < lease-wait/2 {
 		t.Errorf("lease left right after the claim: %v of %v; the %v waited for the turn came off it", left, lease, wait)
+	}
+}
+
+// TestBusyPollsLeaveTheConnectionReady: a poll that finds the claim turn
+// held (two round trips: the claim bound, the turn tried, then a Sync
+// alone) returns dialect.ErrClaimTurnBusy, claims nothing and leaves its
+// connection idle, not in a transaction; once the turn is free, a poll
+// claims the rows. The pool holds two connections: the holder's and the
+// one every busy poll runs on (its backend pid shows it is the same one
+// throughout).
+func TestBusyPollsLeaveTheConnectionReady(t *testing.T) {
+	pg, ctx, d, holder := oneRowTurnHeld(t)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
+	poll := func() ([]outbox.Message, error) {
+		return d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000d1", Limit: 10, Lease: time.Minute, Poll: true})
+	}
+	pid := func() (p int) {
+		t.Helper()
+		if err := pg.Pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := pid()
+	for i := range 3 {
+		msgs, err := poll()
+		if !errors.Is(err, dialect.ErrClaimTurnBusy) || len(msgs) != 0 {
+			t.Fatalf("poll %d while the turn is held: %d rows, %v; want dialect.ErrClaimTurnBusy", i, len(msgs), err)
+		}
+		// Seen from the holder's connection, the poll's backend is idle,
+		// not idle in transaction.
+		var state string
+		if err := holder.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE pid = $1`, first).Scan(&state); err != nil || state != "idle" {
+			t.Fatalf("after busy poll %d the poll's backend is %q (%v); want idle", i, state, err)
+		}
+		if p := pid(); p != first {
+			t.Fatalf("busy poll %d replaced the connection (backend %d, was %d)", i, p, first)
+		}
+	}
+	var processing int
+	if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state <> 'pending'`).Scan(&processing); err != nil || processing != 0 {
+		t.Fatalf("%d rows left pending after busy polls (%v); want all", processing, err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := poll()
+	if err != nil || len(msgs) != 2 {
+		t.Fatalf("poll once the turn is free: %d rows, %v; want both", len(msgs), err)
+	}
+	var held int
+	if err := pg.Pool.QueryRow(ctx, strings.Replace(turnWaiters, "AND NOT granted", "", 1), claimTurnSpace).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("%d turn locks held after the poll committed (%v)", held, err)
 	}
 }
