@@ -379,7 +379,7 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, poll bool) (n i
 	}
 	e.policy.inflight.Add(1)
 	defer e.policy.inflight.Add(-1)
-	pause = e.deliver(ctx, log, token, msgs)
+	pause = e.deliver(ctx, log, token, msgs, start)
 	return len(msgs), len(msgs) >= limit, pause, nil
 }
 
@@ -396,7 +396,9 @@ type outcome struct {
 
 // deliver routes, publishes and settles one claimed batch, and returns
 // settle's pause.
-func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, msgs []outbox.Message) (pause time.Duration) {
+//
+// claimed is when the claim was sent: the lease runs from a moment after it.
+func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, msgs []outbox.Message, claimed time.Time) (pause time.Duration) {
 	// Publishing continues past ctx's end until the shutdown deadline, so
 	// that a SIGTERM finishes the batch instead of abandoning it.
 	pubCtx, cancelPub := e.shutdownContext(ctx)
@@ -404,9 +406,13 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 
 	renewDone := make(chan struct{})
 	renewStopped := make(chan struct{})
+	var leaseLost atomic.Bool
 	go func() {
 		defer close(renewStopped)
-		e.renewLoop(pubCtx, log, token, renewDone, cancelPub)
+		e.renewLoop(pubCtx, log, token, len(msgs), claimed, renewDone, func() {
+			leaseLost.Store(true)
+			cancelPub()
+		})
 	}()
 
 	outcomes := make([]outcome, len(msgs))
@@ -443,10 +449,12 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 	close(renewDone)
 	<-renewStopped
 
-	// Rows whose publish was cut short by shutdown go back to pending
-	// without spending an attempt.
-	shutdownCut := ctx.Err() != nil && pubCtx.Err() != nil
-	report, pause := e.settle(log, token, outcomes, shutdownCut)
+	// Rows whose publish was cut short, by shutdown or because the lease
+	// could not be kept (renewLoop), go back to pending without spending
+	// an attempt: neither is the row's fault. Those another relay took
+	// meanwhile are not touched (the release is fenced on the token).
+	cut := (ctx.Err() != nil && pubCtx.Err() != nil) || leaseLost.Load()
+	report, pause := e.settle(log, token, outcomes, cut)
 	if c, ok := e.db.(dialect.BatchCommitter); ok {
 		// Lock mode: the settling writes become visible only now.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Lease)
@@ -533,10 +541,30 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 	}
 }
 
+// leaseMargin is the part of the lease that renewLoop leaves unused: when
+// no renewal has succeeded for Lease − Lease/leaseMargin, the publish stops
+// (lost), before another relay may reclaim the rows.
+const leaseMargin = 6
+
 // renewLoop extends the batch's lease every Lease/3 until done is closed.
-func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, done <-chan struct{}, lost context.CancelFunc) {
-	every := e.opt.Lease / 3
-	t := time.NewTimer(every)
+// It calls lost, and returns, when the lease cannot be kept:
+//
+//   - a renewal finds fewer of the batch's rows than it claimed (rows: the
+//     others were reclaimed after their lease expired, and another relay
+//     delivers them);
+//   - no renewal has succeeded for Lease − Lease/leaseMargin since the
+//     lease was last confirmed (claimed: when the claim was sent; then
+//     when each successful renewal was sent, which is no later than the
+//     database's clock set the lease). A relay that cannot reach its
+//     database (a partition, a stalled pool) must not publish past the
+//     lease: once it expires another relay's reaper returns the rows to
+//     pending, that relay delivers them and then the key's next row, and
+//     a copy published after that arrives out of order.
+func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, rows int, claimed time.Time, done <-chan struct{}, lost func()) {
+	every, keep := e.opt.Lease/3, e.opt.Lease-e.opt.Lease/leaseMargin
+	confirmed := claimed
+	deadline := confirmed.Add(keep)
+	t := time.NewTimer(min(every, time.Until(deadline)))
 	defer t.Stop()
 	for {
 		select {
@@ -545,29 +573,38 @@ func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, 
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			// Each renewal gets a third of the lease: a connection that
-			// hangs must not keep the batch from its next try.
-			rctx, cancel := context.WithTimeout(ctx, every)
-			n, err := e.db.Renew(rctx, dialect.RenewParams{Token: token, Lease: e.opt.Lease})
-			cancel()
-			switch {
-			case err != nil:
-				// Try again soon: two failures a third of a lease apart
-				// would lose the lease.
-				retry := max(every/4, 100*time.Millisecond)
-				log.Warn("lease renewal failed; retrying before the lease expires", "token", token, "err", err, "retry_in", retry)
-				t.Reset(retry)
-				continue
-			case n == 0:
-				// Every row of the batch was reclaimed after its lease
-				// expired: another relay delivers them. Publishing on
-				// would send them again, possibly after that relay has
-				// sent the key's next row.
-				log.Warn("lease lost during publish: the publish is stopped; another relay delivers these rows (same ids)", "token", token)
-				lost()
-				return
-			}
-			t.Reset(every)
 		}
+		if !time.Now().Before(deadline) {
+			log.Warn("lease not renewed in time: the publish is stopped before the lease expires; its rows go back to pending, or to the relay that reclaims them (same ids)",
+				"token", token, "lease", e.opt.Lease, "unconfirmed_for", time.Since(confirmed).Round(time.Millisecond))
+			lost()
+			return
+		}
+		// Each renewal gets a third of the lease, and never runs past the
+		// deadline: a connection that hangs must not keep the batch from
+		// its next try, or the publish from stopping in time.
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, min(every, time.Until(deadline)))
+		n, err := e.db.Renew(rctx, dialect.RenewParams{Token: token, Lease: e.opt.Lease})
+		cancel()
+		switch {
+		case err != nil:
+			// Try again soon: two failures a third of a lease apart
+			// would come close to the deadline.
+			retry := max(every/4, 100*time.Millisecond)
+			log.Warn("lease renewal failed; retrying before the lease expires", "token", token, "err", err, "retry_in", retry)
+			t.Reset(max(min(retry, time.Until(deadline)), 0))
+			continue
+		case n < int64(rows):
+			// Rows of the batch were reclaimed after their lease expired
+			// (n == 0: all of them): another relay delivers them.
+			// Publishing on would send them again, possibly after that
+			// relay has sent the key's next row.
+			log.Warn("lease lost during publish: the publish is stopped; another relay delivers these rows (same ids)", "token", token, "rows", rows, "still_held", n)
+			lost()
+			return
+		}
+		confirmed, deadline = sent, sent.Add(keep)
+		t.Reset(min(every, time.Until(deadline)))
 	}
 }

@@ -1,0 +1,161 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// renewingDialect claims msgs once; its renewals answer renew, and it
+// records the rows released and retried.
+type renewingDialect struct {
+	lockDialect
+	renew    func() (int64, error)
+	mu       sync.Mutex
+	released []string
+	renewals int
+}
+
+func (d *renewingDialect) Renew(context.Context, dialect.RenewParams) (int64, error) {
+	d.mu.Lock()
+	d.renewals++
+	d.mu.Unlock()
+	return d.renew()
+}
+
+func (d *renewingDialect) Release(_ context.Context, p dialect.ReleaseParams) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.released = append(d.released, p.IDs...)
+	return int64(len(p.IDs)), nil
+}
+
+// blockUntilCut publishes nothing until its context ends, and records when.
+type blockUntilCut struct{ ended chan time.Time }
+
+func (b blockUntilCut) Publish(ctx context.Context, _ []outbox.Message) error {
+	select {
+	case <-ctx.Done():
+		b.ended <- time.Now()
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return nil
+	}
+}
+func (blockUntilCut) Close() error { return nil }
+
+// runOneBatch claims and delivers one batch of db with a publish that
+// blocks until it is cut, and returns when the publish was cut, measured
+// from the start of the claim.
+func runOneBatch(t *testing.T, db dialect.Dialect, lease time.Duration) time.Duration {
+	t.Helper()
+	dest := blockUntilCut{ended: make(chan time.Time, 1)}
+	e, err := New(db, toDest{}, map[string]destination.Destination{"d": dest}, Options{Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		_, _, _, _ = e.runBatch(context.Background(), e.log, false)
+	}()
+	var ended time.Time
+	select {
+	case ended = <-dest.ended:
+	case <-time.After(10 * lease):
+		t.Fatalf("the publish went on for %v, ten leases, with the lease not kept", 10*lease)
+	}
+	<-done
+	return ended.Sub(start)
+}
+
+// TestUnrenewableLeaseStopsThePublishInTime: a relay whose renewals all
+// fail (it cannot reach its database, while other relays can) stops the
+// publish before the lease it last confirmed expires: once it has, another
+// relay's reaper returns the rows to pending and that relay delivers them
+// and the key's next row, and a copy published after that arrives out of
+// order. Before, failed renewals were retried for as long as the publish
+// lasted. The rows are released, without spending an attempt.
+func TestUnrenewableLeaseStopsThePublishInTime(t *testing.T) {
+	const lease = 3 * time.Second
+	db := &renewingDialect{
+		lockDialect: lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", Key: "k", MaxAttempts: 5}, {ID: "b", Topic: "t", Key: "j", MaxAttempts: 5}}},
+		renew:       func() (int64, error) { return 0, errors.New("connection refused") },
+	}
+	took := runOneBatch(t, leaseMode{db}, lease)
+	// The publish stops Lease/leaseMargin before the lease expires (2.5 s
+	// here); it must not outlast the lease, nor stop at the first failed
+	// renewal (1 s).
+	if took >= lease || took < lease/2 {
+		t.Errorf("the publish was stopped %v after the claim; want within the %v lease, not before half of it", took, lease)
+	}
+	if db.renewals < 2 {
+		t.Errorf("%d renewals tried before the publish stopped; want the failures retried", db.renewals)
+	}
+	if len(db.released) != 2 || len(db.retries) != 0 {
+		t.Errorf("released %v, retried %v; want both rows released, no attempt spent", db.released, db.retries)
+	}
+}
+
+// TestPartlyRenewedLeaseStopsThePublish: a renewal that finds only some of
+// the batch's rows still held (the others were reclaimed after their lease
+// expired, and another relay delivers them) stops the publish, as one that
+// finds none does (TestLeaseLostStopsThePublish). Before, only a renewal
+// of no row stopped it.
+func TestPartlyRenewedLeaseStopsThePublish(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	db := &renewingDialect{
+		lockDialect: lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", Key: "k", MaxAttempts: 5}, {ID: "b", Topic: "t", Key: "j", MaxAttempts: 5}}},
+		renew:       func() (int64, error) { return 1, nil },
+	}
+	if took := runOneBatch(t, leaseMode{db}, lease); took >= lease {
+		t.Errorf("the publish was stopped %v after the claim; want at the first renewal (%v)", took, lease/3)
+	}
+	if len(db.released) != 2 || len(db.retries) != 0 {
+		t.Errorf("released %v, retried %v; want the rows released (the fenced release leaves the reclaimed one alone), no attempt spent", db.released, db.retries)
+	}
+}
+
+// TestRenewedLeaseKeepsThePublish: renewals that succeed keep a publish
+// going for longer than the lease.
+func TestRenewedLeaseKeepsThePublish(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	db := &renewingDialect{
+		lockDialect: lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", Key: "k", MaxAttempts: 5}}},
+		renew:       func() (int64, error) { return 1, nil },
+	}
+	dest := &slowPublish{d: 4 * lease}
+	e, err := New(leaseMode{db}, toDest{}, map[string]destination.Destination{"d": dest}, Options{Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _, err := e.runBatch(context.Background(), e.log, false); err != nil || n != 1 {
+		t.Fatalf("runBatch = %d, %v", n, err)
+	}
+	if dest.err != nil || len(db.released) != 0 || db.renewals < 3 {
+		t.Errorf("publish error %v, released %v after %d renewals; want the publish to finish under renewed leases", dest.err, db.released, db.renewals)
+	}
+}
+
+// slowPublish takes d to publish, unless its context ends first.
+type slowPublish struct {
+	d   time.Duration
+	err error
+}
+
+func (s *slowPublish) Publish(ctx context.Context, _ []outbox.Message) error {
+	select {
+	case <-ctx.Done():
+		s.err = ctx.Err()
+	case <-time.After(s.d):
+	}
+	return s.err
+}
+func (*slowPublish) Close() error { return nil }
