@@ -39,10 +39,9 @@ type Dialect struct {
 	claims *claimShapes
 	// turnSQL takes the table's claim turn (WithTableClaimTurns); empty
 	// when claims do not take turns across relays.
-	turnSQL     string
-	turnName    string // turnSQL's prepared statement (preparedName)
-	tryTurnSQL  string // the same, without waiting (dialect.ClaimParams.Poll)
-	tryTurnName string // tryTurnSQL's prepared statement
+	turnSQL    string
+	turnName   string // turnSQL's prepared statement (preparedName)
+	tryTurnSQL string // the same, without waiting (dialect.ClaimParams.Poll)
 	// turnWaited receives how long each claim waited for the turn
 	// (ObserveTurnWait); nil: not measured.
 	turnWaited func(time.Duration)
@@ -123,7 +122,6 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 			d.turnSQL = claimTurnSQL(m, "pg_advisory_xact_lock")
 			d.turnName = preparedName(d.turnSQL)
 			d.tryTurnSQL = claimTurnSQL(m, "pg_try_advisory_xact_lock")
-			d.tryTurnName = preparedName(d.tryTurnSQL)
 		}
 	}
 	return d, nil
@@ -215,8 +213,11 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 	if err != nil {
 		return nil, err
 	}
-	if d.turnSQL == "" {
+	switch {
+	case d.turnSQL == "":
 		return d.claim(ctx, query.sql, p)
+	case p.Poll:
+		return d.pollClaim(ctx, query.sql, p)
 	}
 	return d.turnClaim(ctx, query, kept, p)
 }
@@ -232,8 +233,8 @@ func compareMessages(a, b outbox.Message) int {
 }
 
 // claim runs one rendered claim statement without a claim turn (replica
-// turns: WithTableClaimTurns(false)); a claim with the table's turn, or a
-// poll, is turnClaim.
+// turns: WithTableClaimTurns(false)); a claim with the table's turn is
+// turnClaim, a poll pollClaim.
 func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
 	rows, err := d.pool.Query(ctx, query, p.Token, micros(p.Lease))
 	// The statement's implicit transaction commits with its last message,
@@ -255,6 +256,29 @@ func claimedRows(rows pgx.Rows, err error, limit int, commit func() error) ([]ou
 		return nil, interpretError("claim", err)
 	}
 	return msgs, nil
+}
+
+// pollClaim is claim for a poll (dialect.ClaimParams.Poll): it tries the
+// table's claim turn and returns no rows when another claim holds it. The
+// try needs its answer before the claim is sent, so this takes a
+// transaction of its own (four round trips instead of one; polls are the
+// idle path). When another claim holds the turn it returns
+// dialect.ErrClaimTurnBusy.
+func (d *Dialect) pollClaim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, interpretError("claim", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var free bool
+	if err := tx.QueryRow(ctx, d.tryTurnSQL).Scan(&free); err != nil {
+		return nil, interpretError("claim turn", err)
+	}
+	if !free {
+		return nil, dialect.ErrClaimTurnBusy
+	}
+	rows, err := tx.Query(ctx, query, p.Token, micros(p.Lease))
+	return claimedRows(rows, err, p.Limit, func() error { return tx.Commit(ctx) })
 }
 
 // claimTurnSpace is the high half of the claim turn's advisory lock key;

@@ -44,20 +44,6 @@ const cancelTimeout = 2 * time.Second
 // read the replies closes the connection, since its protocol state is
 // unknown; an error from the server deallocates both statements.
 //
-// A poll (p.Poll) tries the turn instead of waiting for it, and needs the
-// answer before the claim runs: two round trips in one implicit
-// transaction, the claim still planned before the turn is taken:
-//
-//	Bind claim to portal qb_claim   (plans it)
-//	Bind + Execute the try          (takes the turn if it is free)
-//	Flush                           (the try's answer comes back)
-//	Execute qb_claim, Sync          if the turn was free: claims, commits
-//	Sync                            if not: ends the transaction; the
-//	                                poll returns dialect.ErrClaimTurnBusy
-//
-// Before, a poll was BEGIN, the try, the claim (planned under the turn),
-// COMMIT: four round trips, two of them holding the turn.
-//
 // kept says whether query is one of the claim shapes the dialect keeps
 // (claimShapes.sqlKept): those stay prepared on the connection; any other
 // is deallocated after its claim, so that a caller asking for ever new
@@ -99,11 +85,7 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 	if !kept {
 		drop = append(drop, name)
 	}
-	turnName, turnSQL := d.turnName, d.turnSQL
-	if p.Poll {
-		turnName, turnSQL = d.tryTurnName, d.tryTurnSQL
-	}
-	turn, err := conn.Prepare(ctx, turnName, turnSQL)
+	turn, err := conn.Prepare(ctx, d.turnName, d.turnSQL)
 	if err != nil {
 		return nil, interpretError("claim turn", err)
 	}
@@ -124,15 +106,10 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 		Parameters:           [][]byte{[]byte(p.Token), strconv.AppendInt(nil, micros(p.Lease), 10)},
 		ResultFormatCodes:    formats,
 	})
-	fe.SendBind(&pgproto3.Bind{PreparedStatement: turn.Name,
-		ResultFormatCodes: []int16{pgtype.TextFormatCode}})
+	fe.SendBind(&pgproto3.Bind{PreparedStatement: turn.Name})
 	fe.SendExecute(&pgproto3.Execute{})
-	if p.Poll {
-		fe.Send(&pgproto3.Flush{})
-	} else {
-		fe.SendExecute(&pgproto3.Execute{Portal: claimPortal})
-		fe.SendSync(&pgproto3.Sync{})
-	}
+	fe.SendExecute(&pgproto3.Execute{Portal: claimPortal})
+	fe.SendSync(&pgproto3.Sync{})
 	sent := time.Now()
 	if err := fe.Flush(); err != nil {
 		broken = true
@@ -149,10 +126,6 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 		_ = pc.Conn().SetReadDeadline(time.Now())
 	})
 	rows := &turnRows{conn: conn, fields: claim.Fields, formats: formats}
-	busy := false
-	if p.Poll {
-		busy = rows.try(fe)
-	}
 	msgs, err = scanMessages(rows, p.Limit)
 	if !stop() {
 		<-fired
@@ -180,7 +153,7 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 		// table changed (a column's type: "cached plan must not change
 		// result type") or dropped under it (DISCARD ALL) would fail on
 		// this connection for good; they are prepared afresh next time.
-		drop = []string{name, turnName}
+		drop = []string{name, d.turnName}
 	}
 	if !rows.granted.IsZero() && d.turnWaited != nil {
 		d.turnWaited(rows.granted.Sub(sent))
@@ -190,92 +163,20 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 		return nil, interpretError("claim turn", rows.turnErr)
 	case err != nil:
 		return nil, interpretError("claim", err)
-	case busy:
-		return nil, dialect.ErrClaimTurnBusy
 	}
 	return msgs, nil
 }
 
 // preparedName names a statement that turnClaim prepares. Not its SQL
 // text: pgx files a statement prepared under its own text by that text and
-// hands it to every Query of the text on the connection: any other run of
-// the same text through pgx's statement cache (as polls were, before they
-// took turnClaim's path) would share a statement that only turnClaim
-// repairs, and after a column changed type fail on that connection for
-// good.
+// hands it to every Query of the text on the connection. A poll (pollClaim)
+// runs the same claim shapes through pgx's statement cache, which pgx
+// invalidates after an error; sharing turnClaim's statement, which only
+// turnClaim repairs, a poll after a column changed type failed on that
+// connection for good.
 func preparedName(sql string) string {
 	sum := sha256.Sum256([]byte(sql))
 	return "qb_" + hex.EncodeToString(sum[:16])
-}
-
-// try reads a poll's replies up to the try's result (the Flush), then sends
-// the rest: the claim's Execute and Sync when the turn was free, a Sync
-// alone when it was not (busy: true) or when the server failed the try
-// (the error is the turn's). The replies to what it sent are read by Next,
-// as for a claim in turn; with the Sync alone there are no rows, only
-// ReadyForQuery.
-func (r *turnRows) try(fe *pgproto3.Frontend) (busy bool) {
-	free := false
-	for r.err == nil && r.done == 0 {
-		msg, err := r.conn.PgConn().ReceiveMessage(context.Background()) // turnClaim watches the context
-		if err != nil {
-			r.fail(err)
-			return false
-		}
-		switch m := msg.(type) {
-		case *pgproto3.BindComplete:
-			r.binds++
-		case *pgproto3.DataRow:
-			free = len(m.Values) == 1 && string(m.Values[0]) == "t"
-		case *pgproto3.CommandComplete:
-			r.done++
-			r.granted = time.Now()
-		case *pgproto3.ErrorResponse:
-			r.serverError(m)
-		}
-	}
-	busy = r.err == nil && !free
-	if r.err == nil && free {
-		fe.SendExecute(&pgproto3.Execute{Portal: claimPortal})
-	} else {
-		// Nothing runs: the claim is left unexecuted, or the server is
-		// skipping to the Sync after its error; the Sync ends the
-		// transaction, which releases nothing (no turn was taken) and
-		// closes the claim's portal.
-		r.skipped = true
-	}
-	fe.SendSync(&pgproto3.Sync{})
-	if err := fe.Flush(); err != nil {
-		r.fail(err)
-	}
-	return busy
-}
-
-// fail records an error reading or writing the connection: its protocol
-// state is unknown. An error the server ends the session with (FATAL)
-// closes the connection in pgconn and arrives here, not as an
-// ErrorResponse.
-func (r *turnRows) fail(err error) {
-	var pgErr *pgconn.PgError
-	if r.err == nil {
-		r.err = err
-		if errors.As(err, &pgErr) && r.binds >= 1 && r.done == 0 {
-			r.turnErr = err
-		}
-	}
-	r.broken, r.ended = true, true
-}
-
-// serverError records an ErrorResponse: the first error is kept, and is the
-// turn's when it came after the claim's Bind and before the turn's
-// CommandComplete.
-func (r *turnRows) serverError(m *pgproto3.ErrorResponse) {
-	if r.err == nil {
-		r.err = pgconn.ErrorResponseToPgError(m)
-		if r.binds >= 1 && r.done == 0 { // the turn's Bind or Execute
-			r.turnErr = r.err
-		}
-	}
 }
 
 // turnRows reads the messages of turnClaim up to ReadyForQuery, offering
@@ -291,7 +192,6 @@ type turnRows struct {
 	turnErr error     // the server's error was the turn's
 	broken  bool      // reading failed: the connection's state is unknown
 	ended   bool      // ReadyForQuery seen
-	skipped bool      // a poll that ran no claim: only the try's command completes
 	granted time.Time // when the turn's statement completed
 }
 
@@ -301,7 +201,17 @@ func (r *turnRows) Next() bool {
 	for !r.ended {
 		msg, err := r.conn.PgConn().ReceiveMessage(context.Background()) // turnClaim watches the context
 		if err != nil {
-			r.fail(err)
+			// An error the server ends the session with (FATAL) closes
+			// the connection in pgconn and arrives here, not as an
+			// ErrorResponse.
+			var pgErr *pgconn.PgError
+			if r.err == nil {
+				r.err = err
+				if errors.As(err, &pgErr) && r.binds >= 1 && r.done == 0 {
+					r.turnErr = err
+				}
+			}
+			r.broken, r.ended = true, true
 			return false
 		}
 		switch m := msg.(type) {
@@ -319,14 +229,15 @@ func (r *turnRows) Next() bool {
 				r.granted = time.Now()
 			}
 		case *pgproto3.ErrorResponse:
-			r.serverError(m)
+			if r.err == nil {
+				r.err = pgconn.ErrorResponseToPgError(m)
+				if r.binds >= 1 && r.done == 0 { // the turn's Bind or Execute
+					r.turnErr = r.err
+				}
+			}
 		case *pgproto3.ReadyForQuery:
 			r.ended = true
-			commands := 2
-			if r.skipped {
-				commands = 1
-			}
-			if r.err == nil && (r.done != commands || m.TxStatus != 'I') {
+			if r.err == nil && (r.done != 2 || m.TxStatus != 'I') {
 				r.err = fmt.Errorf("postgres: claim: unexpected end of the claim's messages (%d commands, transaction status %q)", r.done, m.TxStatus)
 			}
 		}

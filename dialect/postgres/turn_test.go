@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -106,15 +105,8 @@ func TestTurnClaimCancelledWhileWaiting(t *testing.T) {
 // that the next claims run on it; its backend pid shows it is the same
 // connection). A column whose type changes under the prepared claim fails
 // one claim, not every claim on the connection. With a plan for each
-// execution, as `queuebox run` connects. The same for polls (poll=true),
-// which take their two round trips on the same path.
+// execution, as `queuebox run` connects.
 func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
-	for _, poll := range []bool{false, true} {
-		t.Run(fmt.Sprintf("poll=%v", poll), func(t *testing.T) { testTurnClaimErrorLeavesTheConnectionUsable(t, poll) })
-	}
-}
-
-func testTurnClaimErrorLeavesTheConnectionUsable(t *testing.T, poll bool) {
 	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
 	ctx := testenv.Context(t, 30*time.Second)
 	d := newDialect(t, pg.Pool)
@@ -132,7 +124,7 @@ func testTurnClaimErrorLeavesTheConnectionUsable(t *testing.T, poll bool) {
 		BEGIN RAISE EXCEPTION 'claims refused by the test'; END $$`)
 	pg.MustExec(t, ctx, `CREATE TRIGGER refuse_claim BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_claim()`)
 	for i := range 3 {
-		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c1", Limit: 2, Lease: time.Minute, Poll: poll})
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c1", Limit: 2, Lease: time.Minute})
 		if err == nil || !strings.Contains(err.Error(), "claims refused by the test") || len(msgs) != 0 {
 			t.Fatalf("claim %d against the refusing trigger: %d rows, %v; want the trigger's error", i, len(msgs), err)
 		}
@@ -150,7 +142,7 @@ func testTurnClaimErrorLeavesTheConnectionUsable(t *testing.T, poll bool) {
 	}
 	// The claim is prepared on the connection now; change a column's type
 	// under it.
-	if msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c3", Limit: 1, Lease: time.Minute, Poll: poll}); err != nil || len(msgs) != 1 {
+	if msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c3", Limit: 1, Lease: time.Minute}); err != nil || len(msgs) != 1 {
 		t.Fatalf("claim before the column change: %d rows, %v", len(msgs), err)
 	}
 	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'pending', claim_token = NULL, claimed_at = NULL, lease_expires_at = NULL`)
@@ -165,7 +157,7 @@ func testTurnClaimErrorLeavesTheConnectionUsable(t *testing.T, poll bool) {
 		pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`) // DISCARD ALL resets it
 		failed := 0
 		for {
-			msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c4", Limit: 1, Lease: time.Minute, Poll: poll})
+			msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c4", Limit: 1, Lease: time.Minute})
 			if err == nil && len(msgs) == 1 {
 				break
 			}
@@ -179,7 +171,7 @@ func testTurnClaimErrorLeavesTheConnectionUsable(t *testing.T, poll bool) {
 	// the connection, and the rows come in order.
 	var got []string
 	for _, want := range []int{2, 1, 0} {
-		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c2", Limit: 2, Lease: time.Minute, Poll: poll})
+		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000c2", Limit: 2, Lease: time.Minute})
 		if err != nil || len(msgs) != want {
 			t.Fatalf("claim after the failures: %d rows, %v; want %d", len(msgs), err, want)
 		}
@@ -259,15 +251,15 @@ func TestTurnWaitIsObserved(t *testing.T) {
 	}
 }
 
-// TestPollAfterTheClaimChangedUnderIt: a poll runs the claim shapes that a
-// claim in turn prepares, on the same path (turnClaim). When a column
-// changes type under them, or a pooler's DISCARD ALL drops them, a poll
-// fails at most once, then works. Idle relays only poll: when polls ran
-// the claim through pgx's statement cache and shared turnClaim's prepared
-// statement, which pgx files under the statement's text, does not
-// invalidate after an error, and only turnClaim repaired, they failed on
-// that connection until it was recycled. A pool of one, so that every
-// claim runs on the same connection.
+// TestPollAfterTheClaimChangedUnderIt: a poll (pollClaim) runs the claim
+// shapes that turnClaim prepares, through pgx's statement cache. When a
+// column changes type under them, or a pooler's DISCARD ALL drops them, a
+// poll fails at most once for each of its statements, then works: it must not share
+// turnClaim's prepared statement, which pgx files under the statement's
+// text when prepared under it, does not invalidate after an error, and
+// only turnClaim repairs. Idle relays only poll, so before the fix they
+// failed on that connection until it was recycled. A pool of one, so that
+// every claim runs on the same connection.
 func TestPollAfterTheClaimChangedUnderIt(t *testing.T) {
 	pg := testenv.Postgres(t, testenv.WithMaxConns(1))
 	ctx := testenv.Context(t, 30*time.Second)
@@ -293,16 +285,14 @@ func TestPollAfterTheClaimChangedUnderIt(t *testing.T) {
 		}
 		reset()
 	}
-	// Each change fails one claim and one poll at most: a poll, like a
-	// claim in turn, drops both its statements after the server's error.
-	// (Before polls ran on turnClaim's path, a poll could fail twice after
-	// DISCARD ALL: once for its try of the turn, once for the claim.)
+	// Each statement that vanished fails once: after DISCARD ALL a poll
+	// can fail twice, once for its try of the turn and once for the claim.
 	for _, c := range []struct {
 		what, change string
 		polls        int // failures allowed to the polls
 	}{
 		{"the column changed type", `ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(300)`, 1},
-		{"the prepared statements vanished", `DISCARD ALL`, 1},
+		{"the prepared statements vanished", `DISCARD ALL`, 2},
 	} {
 		pg.MustExec(t, ctx, c.change)
 		pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`)
@@ -409,8 +399,7 @@ func TestLeaseStartsAfterTheTurnWait(t *testing.T) {
 }
 
 // TestBusyPollsLeaveTheConnectionReady: a poll that finds the claim turn
-// held (two round trips: the claim bound, the turn tried, then a Sync
-// alone) returns dialect.ErrClaimTurnBusy, claims nothing and leaves its
+// held returns dialect.ErrClaimTurnBusy, claims nothing and leaves its
 // connection idle, not in a transaction; once the turn is free, a poll
 // claims the rows. The pool holds two connections: the holder's and the
 // one every busy poll runs on (its backend pid shows it is the same one
