@@ -449,13 +449,98 @@ type addr struct{ exchange, key string }
 // Publish publishes msgs on one confirm-mode channel and waits for all their
 // confirms. It returns nil, a *destination.BatchError, or an
 // outbox.Unavailable error when the broker could not be reached.
+//
+// A message the broker refuses with a channel error (an internal exchange,
+// a missing write permission, a message over max_message_size) closes the
+// channel, and with it every message of the batch not yet confirmed fails
+// with the same error. Those messages are published again, on fresh
+// channels, in halves (isolate) until the refused ones fail alone: the
+// others of the batch are delivered, and spend no attempt for a row that
+// is not theirs. A message the broker had routed but not confirmed when
+// the channel closed is published twice; consumers deduplicate on its
+// message-id, as after any lost confirm.
 func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	errs, err := d.publish(ctx, msgs)
+	if err != nil {
+		return err
+	}
+	var closed []int
+	for i, e := range errs {
+		if isChannelClosed(e) {
+			closed = append(closed, i)
+		}
+	}
+	if len(closed) > 1 {
+		passes := maxIsolatePasses
+		d.isolate(ctx, msgs, errs, closed, &passes)
+	}
+	return d.result(errs)
+}
+
+// maxIsolatePasses bounds the publishes of one batch's isolate: a batch of
+// n messages with one refused needs about 2·log2(n) (20 at n = 1,000); one
+// where every message is refused would need 2n − 1. Past the bound the
+// messages left keep the channel's error.
+const maxIsolatePasses = 64
+
+// isolate publishes msgs[idx...] again, the messages whose channel closed
+// under them, and narrows them down: the ones that still fail with a
+// closed channel are published again apart from the ones confirmed, and
+// when none was confirmed, in halves, until each refused message failed
+// alone. errs gets each message's last outcome.
+func (d *Destination) isolate(ctx context.Context, msgs []outbox.Message, errs []error, idx []int, passes *int) {
+	if len(idx) == 0 || ctx.Err() != nil || *passes <= 0 {
+		return
+	}
+	*passes--
+	sub := make([]outbox.Message, len(idx))
+	for j, i := range idx {
+		sub[j] = msgs[i]
+	}
+	subErrs, err := d.publish(ctx, sub)
+	if err != nil {
+		// The broker is out of reach, or ctx ended: not a refusal.
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return
+	}
+	var again []int
+	for j, i := range idx {
+		errs[i] = subErrs[j]
+		if isChannelClosed(subErrs[j]) {
+			again = append(again, i)
+		}
+	}
+	switch {
+	case len(again) == 0 || len(idx) == 1:
+		// Delivered, or the refused message found.
+	case len(again) < len(idx):
+		d.isolate(ctx, msgs, errs, again, passes)
+	default:
+		half := len(again) / 2
+		d.isolate(ctx, msgs, errs, again[:half], passes)
+		d.isolate(ctx, msgs, errs, again[half:], passes)
+	}
+}
+
+// isChannelClosed reports whether err is a channel closed by the broker
+// (a soft error: the connection stays usable) under a message.
+func isChannelClosed(err error) bool {
+	var aerr *amqp.Error
+	return err != nil && !outbox.IsUnavailable(err) && errors.As(err, &aerr) && isChannelLevel(aerr)
+}
+
+// publish is one pass of Publish: msgs on one channel, each message's
+// outcome in the slice, or an error for them all when nothing could be
+// published (the connection, or ctx ended first).
+func (d *Destination) publish(ctx context.Context, msgs []outbox.Message) ([]error, error) {
 	if err := ctx.Err(); err != nil {
 		// Nothing was sent: every message fails, retryably.
-		return err
+		return nil, err
 	}
 	errs := make([]error, len(msgs))
 	addrs := make([]addr, len(msgs))
@@ -471,11 +556,11 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 	}
 	s, err := d.acquire(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s, err = d.ensureExchanges(ctx, s, addrs, todo, errs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
 	clear(s.returned)
@@ -617,7 +702,7 @@ wait:
 		d.forget(s)
 		s.discard()
 	}
-	return d.result(errs)
+	return errs, nil
 }
 
 func (d *Destination) result(errs []error) error {

@@ -507,3 +507,71 @@ func (r *reader) receive(ctx context.Context, n int) ([]destinationtest.Received
 	}
 	return out, nil
 }
+
+// TestRefusedMessageFailsAlone: messages the broker refuses with a channel
+// error (here two bound for an internal exchange, which no client may
+// publish to) fail alone; the other messages of the batch, which the
+// closed channel failed with them, are published again and delivered.
+// Before, every message not yet confirmed when the channel closed failed
+// with the refused one's error, spent an attempt for it, and could die of
+// it (found by a review's test).
+func TestRefusedMessageFailsAlone(t *testing.T) {
+	t.Parallel()
+	url := testenv.AMQPURL(t)
+	adm := testenv.NewAMQPAdmin(t, url)
+	good := testenv.AMQPName(t, "good")
+	adm.Exchange(good, "topic")
+	q := adm.Queue("q", good, "#")
+	bad := testenv.AMQPName(t, "internal")
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(bad, "topic", true, false, true /* internal */, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	adm.DeleteExchangeAtCleanup(bad)
+
+	d := newDest(t, amqp.Options{URL: url, Exchange: "{{ aggregateType }}"})
+	ctx := testenv.Context(t, 30*time.Second)
+	var batch []outbox.Message
+	refused := map[int]bool{3: true, 8: true}
+	for i := range 12 {
+		m := msg(i, "a.b", fmt.Sprintf("k%d", i))
+		m.AggregateType = good
+		if refused[i] {
+			m.AggregateType = bad
+		}
+		batch = append(batch, m)
+	}
+	err = d.Publish(ctx, batch)
+	var be *destination.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != len(batch) {
+		t.Fatalf("Publish = %v; want a BatchError for the refused messages", err)
+	}
+	want := map[string]bool{}
+	for i, e := range be.Errs {
+		switch {
+		case refused[i] && (e == nil || outbox.IsUnavailable(e) || !strings.Contains(e.Error(), "ACCESS_REFUSED")):
+			t.Errorf("message %d (internal exchange): %v; want the broker's refusal, not unavailable", i, e)
+		case !refused[i] && e != nil:
+			t.Errorf("message %d (good exchange) failed: %v", i, e)
+		case !refused[i]:
+			want[batch[i].ID] = true
+		}
+	}
+	got := map[string]bool{}
+	for _, dl := range adm.Consume(q, 3*len(batch), 3*time.Second) {
+		got[dl.MessageId] = true
+	}
+	for id := range want {
+		if !got[id] {
+			t.Errorf("message %s was reported published but never reached the queue", id)
+		}
+	}
+}
