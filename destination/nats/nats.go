@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,7 @@ type Destination struct {
 	sem     chan struct{}
 	log     *slog.Logger
 	servers string // redacted, for messages
+	denied  *denials
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -160,6 +162,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 		o.ConnectTimeout = DefaultConnectWait
 	}
 	servers := redactURLs(o.Servers)
+	denied := newDenials()
 
 	opts := []nats.Option{
 		nats.Name("queuebox/" + o.Name),
@@ -181,6 +184,9 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { log.Debug("nats connection closed") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if subj, ok := publishDenied(err); ok {
+				denied.add(subj)
+			}
 			log.Warn("nats asynchronous error", "error", err)
 		}),
 	}
@@ -211,6 +217,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 		sem:     make(chan struct{}, o.MaxPending),
 		log:     log,
 		servers: servers,
+		denied:  denied,
 		closed:  make(chan struct{}),
 	}
 	if err := d.ensureStream(ctx, o); err != nil {
@@ -302,7 +309,7 @@ publish:
 			b.set(i, d.classify(err, subj, len(m.Payload)))
 			continue
 		}
-		pending <- pendingAck{i: i, f: f, subject: subj, size: len(m.Payload)}
+		pending <- pendingAck{i: i, f: f, subject: subj, size: len(m.Payload), sent: time.Now()}
 	}
 	close(pending)
 	for j := i; j < len(msgs); j++ { // never sent: ctx ended
@@ -325,6 +332,7 @@ type pendingAck struct {
 	f       jetstream.PubAckFuture
 	subject string
 	size    int
+	sent    time.Time
 }
 
 // batch holds the outcome of one Publish call, shared between Publish and
@@ -365,15 +373,95 @@ func (b *batch) abandon(err error) []error {
 func (d *Destination) collect(b *batch, pending <-chan pendingAck) {
 	defer close(b.done)
 	for p := range pending {
-		select {
-		case <-p.f.Ok(): // a duplicate ack is a success too
-			b.set(p.i, nil)
-		case err := <-p.f.Err():
-			b.set(p.i, d.classify(err, p.subject, p.size))
+	wait:
+		for {
+			denied := d.denied.changed()
+			if d.denied.since(p.subject, p.sent) {
+				b.set(p.i, d.deniedError(p.subject))
+				break wait
+			}
+			select {
+			case <-p.f.Ok(): // a duplicate ack is a success too
+				b.set(p.i, nil)
+				break wait
+			case err := <-p.f.Err():
+				b.set(p.i, d.classify(err, p.subject, p.size))
+				break wait
+			case <-denied:
+				// The server refused a publish to some subject. Its PubAck
+				// never comes: without this, the message waited AckTimeout
+				// and failed as "destination down", so that it spent no
+				// attempt, never died, and opened the circuit for every
+				// other subject of the destination.
+				// Checked again at the top of the loop.
+			}
 		}
 		<-d.sem
 	}
 }
+
+func (d *Destination) deniedError(subject string) error {
+	return fmt.Errorf("nats destination %q: publish to %q: %w: the server denies the relay's user publish on this subject (grant it, or route the topic elsewhere)",
+		d.name, subject, nats.ErrPermissionViolation)
+}
+
+// denials records the subjects the server refused a publish to, as it
+// reports them: asynchronously, in the connection's error handler.
+type denials struct {
+	mu   sync.Mutex
+	last map[string]time.Time // subject → the last refusal
+	wake chan struct{}        // closed, and replaced, at every refusal
+}
+
+func newDenials() *denials {
+	return &denials{last: map[string]time.Time{}, wake: make(chan struct{})}
+}
+
+// maxDenied bounds the subjects remembered: a template subject can name
+// many, and a refusal matters only to the publishes in flight.
+const maxDenied = 1024
+
+func (d *denials) add(subject string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.last) >= maxDenied {
+		clear(d.last)
+	}
+	d.last[subject] = time.Now()
+	close(d.wake)
+	d.wake = make(chan struct{})
+}
+
+// changed is closed at the next refusal.
+func (d *denials) changed() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.wake
+}
+
+// since reports whether a publish to subject was refused at or after t.
+func (d *denials) since(subject string, t time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at, ok := d.last[subject]
+	return ok && !at.Before(t)
+}
+
+// publishDenied returns the subject of a publish permissions violation, as
+// the server words it (Permissions Violation for Publish to "x"); nats.go
+// parses the same text for subscriptions, having no other form of it.
+func publishDenied(err error) (string, bool) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return "", false
+	}
+	m := publishDeniedRe.FindStringSubmatch(err.Error())
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+var publishDeniedRe = regexp.MustCompile(`(?i)permissions violation for publish to "([^"]+)"`)
 
 func (d *Destination) natsMsg(subj string, m *outbox.Message) *nats.Msg {
 	h := make(nats.Header, len(m.Headers)+4)

@@ -1,0 +1,90 @@
+package nats_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/destination"
+	natsdest "github.com/queuebox/queuebox/destination/nats"
+	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// TestDeniedSubjectFailsItsMessagesAtOnce: a subject the relay's user may
+// not publish to (the server reports a permissions violation, and no
+// PubAck comes) fails the messages published to it as soon as the server
+// says so, as an ordinary failure that spends an attempt; the other
+// messages of the batch are acknowledged. Before, such a message waited
+// AckTimeout and failed as "destination down": it spent no attempt, never
+// died, and opened the circuit for every subject of the destination.
+func TestDeniedSubjectFailsItsMessagesAtOnce(t *testing.T) {
+	t.Parallel()
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "relay", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"ORD.denied.>"}},
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+	url := fmt.Sprintf("nats://relay:pw@127.0.0.1:%d", testenv.EmbeddedNATSPort(srv))
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORD", Subjects: []string{"ORD.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	const ackTimeout = 20 * time.Second
+	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: "{{ topic }}", AckTimeout: ackTimeout})
+
+	for _, batch := range [][]outbox.Message{
+		{msg("ORD.ok.a"), msg("ORD.denied.x"), msg("ORD.ok.b"), msg("ORD.denied.y")},
+		{msg("ORD.denied.z")}, // alone in its batch: still not "destination down"
+	} {
+		start := time.Now()
+		err := d.Publish(ctx, batch)
+		if took := time.Since(start); took >= ackTimeout/2 {
+			t.Errorf("Publish took %v; want the refusal at once, not after the %v ack timeout", took, ackTimeout)
+		}
+		for i, m := range batch {
+			e := destination.ErrorAt(err, i)
+			denied := strings.HasPrefix(m.Topic, "ORD.denied.")
+			switch {
+			case denied && (e == nil || outbox.IsUnavailable(e) || outbox.IsPermanent(e) || !strings.Contains(e.Error(), "denies the relay's user publish")):
+				t.Errorf("%s: %v; want a retryable failure naming the permission, not unavailable", m.Topic, e)
+			case !denied && e != nil:
+				t.Errorf("%s: %v; want acknowledged", m.Topic, e)
+			}
+		}
+	}
+	s, err := js.Stream(ctx, "ORD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("stream holds %d messages; want the 2 allowed", info.State.Msgs)
+	}
+}
