@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -73,7 +74,10 @@ create a second one. Use 'queuebox check' to see what it lacks.`,
 	return cmd
 }
 
-// printMigrations writes every bundled migration of dbType, in order.
+// printMigrations writes the up part of every bundled migration of dbType,
+// in order: a script that psql (or sqlcmd) can run as it is. The down
+// parts are left out: goose's markers are comments to any other client,
+// and with them the script created the table, then dropped it.
 func printMigrations(w io.Writer, dbType string) error {
 	fsys, err := migrations.FS(dbType)
 	if err != nil {
@@ -83,14 +87,45 @@ func printMigrations(w io.Writer, dbType string) error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(w, "-- queuebox: the up migrations of the bundled %s table, in order.\n"+
+		"-- Run them in autocommit (psql without --single-transaction): some build\n"+
+		"-- indexes CONCURRENTLY. goose_db_version is not written: 'queuebox migrate'\n"+
+		"-- on this database later would apply them again.\n", dbType)
 	for _, n := range names {
 		b, err := fs.ReadFile(fsys, n)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "-- %s\n%s\n", n, strings.TrimRight(string(b), "\n"))
+		up, err := upSection(string(b))
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", n, err)
+		}
+		fmt.Fprintf(w, "\n-- %s\n%s\n", n, strings.TrimRight(up, "\n"))
 	}
 	return nil
+}
+
+// upSection is a goose SQL migration without its -- +goose Down part: the
+// header comments, the annotations and the up statements.
+func upSection(src string) (string, error) {
+	var b strings.Builder
+	up := false
+	for line := range strings.Lines(src) {
+		switch strings.TrimSpace(line) {
+		case "-- +goose Up":
+			up = true
+		case "-- +goose Down":
+			if !up {
+				return "", errors.New("-- +goose Down before -- +goose Up")
+			}
+			return b.String(), nil
+		}
+		b.WriteString(line)
+	}
+	if !up {
+		return "", errors.New("no -- +goose Up annotation")
+	}
+	return b.String(), nil
 }
 
 // migrationTarget checks that the configured table is one migrate may
@@ -126,7 +161,7 @@ func migrate(ctx context.Context, w io.Writer, cfg *config.Config, action string
 		if err != nil {
 			return err
 		}
-		return runMigrations(ctx, w, p, action)
+		return runMigrations(ctx, w, p, action, true)
 	}
 	pool, err := openPostgres(ctx, cfg)
 	if err != nil {
@@ -142,22 +177,45 @@ func migrate(ctx context.Context, w io.Writer, cfg *config.Config, action string
 		}
 		cc.RuntimeParams["search_path"] = schema
 	}
+	// status writes nothing: goose would create its version table (and
+	// fail when the schema does not exist yet). Without the table nothing
+	// is applied.
+	tracked := true
+	if action == "status" {
+		table := "goose_db_version"
+		if schema != "" {
+			table = pgx.Identifier{schema, table}.Sanitize()
+		}
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&tracked); err != nil {
+			return fmt.Errorf("migrate status: %w", err)
+		}
+	}
 	db := stdlib.OpenDB(*cc)
 	defer db.Close()
 	p, err := migrations.NewProvider("postgresql", db)
 	if err != nil {
 		return err
 	}
-	return runMigrations(ctx, w, p, action)
+	return runMigrations(ctx, w, p, action, tracked)
 }
 
 // runMigrations applies (up) or lists (status) the provider's migrations.
-func runMigrations(ctx context.Context, w io.Writer, p *goose.Provider, action string) error {
+// tracked says that goose's version table exists; when it does not, status
+// lists every migration as pending without asking goose, which would
+// create the table.
+func runMigrations(ctx context.Context, w io.Writer, p *goose.Provider, action string, tracked bool) error {
 	switch action {
 	case "status":
-		st, err := p.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("migrate status: %w", err)
+		var st []*goose.MigrationStatus
+		if tracked {
+			var err error
+			if st, err = p.Status(ctx); err != nil {
+				return fmt.Errorf("migrate status: %w", err)
+			}
+		} else {
+			for _, src := range p.ListSources() {
+				st = append(st, &goose.MigrationStatus{Source: src, State: goose.StatePending})
+			}
 		}
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE")

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -318,5 +319,86 @@ func TestOperatorCommandsCheckTheLogFlags(t *testing.T) {
 		if code, _, errOut := w.cli(t, args...); code == 0 || !strings.Contains(errOut, args[1]) {
 			t.Errorf("%v: exit %d, %s; want an error naming %q", args, code, errOut, args[1])
 		}
+	}
+}
+
+// TestMigrateSQLBuildsWhatMigrateBuilds: the script 'migrate sql' prints,
+// run by psql on an empty schema, builds the table that 'migrate' builds:
+// the same columns, indexes and storage options. Before, the script held
+// every migration's down part after its up part, which psql runs as well
+// (goose's markers are comments to it): it created the table, then
+// dropped it. And 'migrate status' writes nothing: on an empty schema it
+// lists every migration pending without creating goose_db_version, and on
+// a schema that does not exist yet it does not fail.
+func TestMigrateSQLBuildsWhatMigrateBuilds(t *testing.T) {
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		testenv.Unavailable(t, "psql (the PostgreSQL client)", err)
+	}
+	migrated := testenv.Postgres(t)
+	manual := testenv.Postgres(t, testenv.WithoutMigrations())
+	ctx := testenv.Context(t, time.Minute)
+	world := func(table string) *opWorld {
+		cfg := "database:\n  url: \"" + manual.URL + "\"\n  outboxTable: " + table + "\n" +
+			"destinations:\n  hooks:\n    type: http\n    url: http://127.0.0.1:1/hooks\n" +
+			"routes:\n  - topicPattern: \"**\"\n    destination: hooks\n"
+		path := filepath.Join(t.TempDir(), "queuebox.yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return &opWorld{pool: manual.Pool, config: path}
+	}
+	exists := func(name string) bool {
+		var ok bool
+		if err := manual.Pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	missing := manual.Schema + "_later"
+	for _, table := range []string{"outbox", missing + ".outbox"} {
+		code, out, errOut := world(table).cli(t, "migrate", "status")
+		if code != 0 || strings.Count(out, "pending") != 3 {
+			t.Fatalf("migrate status (outboxTable %s) before any migration: exit %d\n%s%s", table, code, out, errOut)
+		}
+	}
+	var schemas int
+	if err := manual.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, missing).Scan(&schemas); err != nil || schemas != 0 {
+		t.Fatalf("migrate status created schema %s (%d, %v)", missing, schemas, err)
+	}
+	if exists(manual.Schema + ".goose_db_version") {
+		t.Fatal("migrate status created goose_db_version")
+	}
+
+	code, script, errOut := world("outbox").cli(t, "migrate", "sql", "--type", "postgresql")
+	if code != 0 || strings.Contains(script, "+goose Down") || strings.Contains(script, "DROP TABLE") {
+		t.Fatalf("migrate sql: exit %d, the script holds a down part or drops the table\n%s%s", code, script, errOut)
+	}
+	file := filepath.Join(t.TempDir(), "outbox.sql")
+	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", manual.URL, "-f", file).CombinedOutput(); err != nil {
+		t.Fatalf("psql -f (the migrate sql script): %v\n%s", err, out)
+	}
+	if !exists(manual.Schema + ".outbox") {
+		t.Fatal("the script left no outbox table")
+	}
+	shape := func(pg *testenv.PG) string {
+		var s string
+		err := pg.Pool.QueryRow(ctx, `SELECT
+			(SELECT string_agg(column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '-'), E'\n' ORDER BY column_name)
+			   FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'outbox')
+			|| E'\n' ||
+			(SELECT string_agg(replace(indexdef, $1 || '.', ''), E'\n' ORDER BY indexname) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'outbox')
+			|| E'\n' ||
+			(SELECT coalesce(array_to_string(reloptions, ','), '') FROM pg_class WHERE oid = ($1 || '.outbox')::regclass)`, pg.Schema).Scan(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if got, want := shape(manual), shape(migrated); got != want {
+		t.Fatalf("the table the script built differs from the migrated one:\n--- script\n%s\n--- migrate\n%s", got, want)
 	}
 }
