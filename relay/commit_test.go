@@ -308,4 +308,15 @@ func TestCircuitOpenReasonNamesTheDestinationOnce(t *testing.T) {
 	if strings.Count(got, "destination hooks") != 1 || !strings.Contains(got, "circuit open") {
 		t.Errorf("reason %q, want the destination named once and the circuit open", got)
 	}
+	// A destination's own error names it already: the relay does not
+	// again (before: `destination hooks: http destination "hooks": POST
+	// http://…`, all that dead list's 60 characters showed).
+	own := errors.New(`http destination "hooks": 500 Internal Server Error from POST http://127.0.0.1/x`)
+	if got := e.reason(&outcome{msg: &outbox.Message{ID: "a"}, dest: "hooks", err: own}); got != own.Error() {
+		t.Errorf("reason %q, want the destination's error as it is: %q", got, own)
+	}
+	other := errors.New("connection reset")
+	if got := e.reason(&outcome{msg: &outbox.Message{ID: "a"}, dest: "hooks", err: other}); got != "destination hooks: connection reset" {
+		t.Errorf("reason %q, want the destination named", got)
+	}
 }

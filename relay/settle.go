@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/queuebox/queuebox/dialect"
@@ -264,7 +265,10 @@ func (e *Engine) reason(o *outcome) string {
 		s = o.err.Error()
 	case o.msg.Malformed != nil:
 		s = "malformed row: " + o.err.Error()
-	case o.dest != "":
+	case o.dest != "" && !strings.Contains(o.err.Error(), fmt.Sprintf("destination %q", o.dest)):
+		// Named once: the destinations' own errors name them already
+		// (http destination "hooks": ...), and dead list's table shows
+		// the first 60 characters of the text.
 		s = fmt.Sprintf("destination %s: %v", o.dest, o.err)
 	default:
 		s = o.err.Error()

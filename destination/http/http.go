@@ -420,7 +420,9 @@ func (d *Destination) statusError(resp *http.Response, target, snippet string) e
 	code := resp.StatusCode
 	se := &StatusError{StatusCode: code}
 	var b strings.Builder
-	fmt.Fprintf(&b, "http destination %q: POST %s: %s", d.name, target, resp.Status)
+	// The status first: it is the cause, and what a truncated last_error
+	// (dead list's table) still shows.
+	fmt.Fprintf(&b, "http destination %q: %s from POST %s", d.name, resp.Status, target)
 	if code >= 300 && code < 400 {
 		se.Location = redactURL(resp.Header.Get("Location"))
 		fmt.Fprintf(&b, ": redirect to %q not followed", se.Location)
