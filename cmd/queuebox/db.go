@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	_ "github.com/microsoft/go-mssqldb" // registers the "sqlserver" driver
@@ -45,6 +46,9 @@ func openPostgres(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error
 // relay's own connections (database.synchronousCommit, and a plan for each
 // execution: postgres.PlanEachExecution).
 func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*pgxpool.Pool, error) {
+	if scheme, _, ok := strings.Cut(cfg.Database.URL, "://"); ok && scheme != "postgres" && scheme != "postgresql" && !strings.ContainsAny(scheme, " =") {
+		return nil, fmt.Errorf("database.url is a %s:// URL; database.type postgresql needs postgres://user@host:5432/dbname (or a key=value connection string)", scheme)
+	}
 	pc, err := pgxpool.ParseConfig(cfg.Database.URL)
 	if err != nil {
 		return nil, fmt.Errorf("database.url is not a valid PostgreSQL connection string: %s", redact.String(err.Error(), cfg.Database.URL))
@@ -84,16 +88,36 @@ func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*p
 
 func describeDBError(pc *pgxpool.Config, err error, url string) error {
 	where := net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port))
-	msg := redact.String(err.Error(), url, pc.ConnConfig.Password)
+	msg := dedupLines(redact.String(err.Error(), url, pc.ConnConfig.Password))
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000"):
-		return fmt.Errorf("database %s refused the credentials of user %q: %s (check database.url)", where, pc.ConnConfig.User, msg)
+	case errors.As(err, &pgErr) && pgErr.Code == "28P01":
+		return fmt.Errorf("database %s refused the password of user %q: %s (check database.url)", where, pc.ConnConfig.User, msg)
+	case errors.As(err, &pgErr) && pgErr.Code == "28000":
+		// invalid_authorization_specification: no such role, or no
+		// pg_hba.conf line lets it in.
+		return fmt.Errorf("database %s does not let user %q in: %s (the role may not exist, or pg_hba.conf has no entry for it; check database.url)", where, pc.ConnConfig.User, msg)
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
 		return fmt.Errorf("database %q does not exist on %s: %s (check database.url)", pc.ConnConfig.Database, where, msg)
 	default:
 		return fmt.Errorf("cannot reach the database at %s: %s (check database.url and that PostgreSQL is running)", where, msg)
 	}
+}
+
+// dedupLines drops the lines of s that repeat an earlier one: pgx reports
+// each connection attempt (with sslmode=prefer, one with TLS and one
+// without), and both usually fail alike.
+func dedupLines(s string) string {
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if seen[l] {
+			continue
+		}
+		seen[l] = true
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }
 
 // database is an open connection to the configured outbox database: its

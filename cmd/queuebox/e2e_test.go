@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -413,6 +414,8 @@ routes:
 		{"unknown key", []string{"run", "--config", write("typo.yaml", strings.Replace(good, "routes:", "routez:", 1))}, 1, `did you mean "routes"`},
 		{"unknown destination", []string{"run", "--config", write("route.yaml", strings.Replace(good, "destination: hooks", "destination: hookz", 1))}, 1, `no destination "hookz"`},
 		{"unreachable database", []string{"run", "--config", write("db.yaml", good)}, 1, "cannot reach the database at 127.0.0.1:1"},
+		{"another database's URL", []string{"run", "--config", write("mysql.yaml", strings.Replace(good, "postgres://postgres@127.0.0.1:1/postgres", "mysql://root:pw@127.0.0.1:3306/app", 1))}, 1, "database.url is a mysql:// URL; database.type postgresql needs postgres://"},
+		{"unknown role", []string{"run", "--config", write("role.yaml", strings.Replace(good, "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2", pgURLAs(t, "qb_no_such_role"), 1))}, 1, `does not let user "qb_no_such_role" in`},
 		{"missing config", []string{"run"}, 2, "--config"},
 		{"unknown command", []string{"runn"}, 2, "unknown command"},
 		{"missing file", []string{"run", "--config", filepath.Join(dir, "nope.yaml")}, 1, "nope.yaml"},
@@ -430,6 +433,18 @@ routes:
 			}
 		})
 	}
+}
+
+// pgURLAs is the test PostgreSQL's URL with user as its user.
+func pgURLAs(t *testing.T, user string) string {
+	t.Helper()
+	testenv.Postgres(t, testenv.WithoutMigrations()) // skips (or fails under CI) when PostgreSQL is missing
+	u, err := url.Parse(testenv.Env("QUEUEBOX_TEST_POSTGRES_URL", testenv.DefaultPostgresURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(user)
+	return u.String()
 }
 
 // TestDemo runs `queuebox demo` against the local PostgreSQL: it must pass

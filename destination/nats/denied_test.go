@@ -1,8 +1,11 @@
 package nats_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,4 +90,54 @@ func TestDeniedSubjectFailsItsMessagesAtOnce(t *testing.T) {
 	if info.State.Msgs != 2 {
 		t.Fatalf("stream holds %d messages; want the 2 allowed", info.State.Msgs)
 	}
+}
+
+// TestStreamAtStartNamesTheFix: a configured stream that does not exist
+// fails New with the fix named; with createStream, a stream that exists
+// already is reported as existing, not as created (queuebox check, which
+// connects the destination as run does, creates it first).
+func TestStreamAtStartNamesTheFix(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	name := strings.ReplaceAll(testenv.UniqueName("QBSTART"), ".", "_")
+	subj := testenv.UniqueName("qbt") + ".start"
+	_, err := natsdest.New(testenv.Context(t, 10*time.Second), natsdest.Options{Servers: []string{url}, Subject: subj, Stream: name}, nil)
+	if err == nil || !strings.Contains(err.Error(), "does not exist: create it") || !strings.Contains(err.Error(), "createStream") {
+		t.Fatalf("New with a missing stream: %v; want the fix named", err)
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	for range 2 {
+		d, err := natsdest.New(testenv.Context(t, 10*time.Second), natsdest.Options{Servers: []string{url}, Subject: subj, Stream: name, CreateStream: true}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = d.Close()
+	}
+	t.Cleanup(func() {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			js, _ := jetstream.New(nc)
+			_ = js.DeleteStream(context.Background(), name)
+			nc.Close()
+		}
+	})
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if strings.Count(out, "nats stream created") != 1 || strings.Count(out, "nats stream exists") != 1 {
+		t.Fatalf("two starts with createStream logged:\n%s\nwant one 'created', then one 'exists'", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

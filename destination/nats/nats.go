@@ -201,7 +201,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 	}
 	nc, err := nats.Connect(strings.Join(o.Servers, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("nats destination %q: connect to %s: %w", o.Name, servers, err)
+		return nil, fmt.Errorf("nats destination %q: connect to %s: %w (check servers, and that nats-server is running and reachable)", o.Name, servers, err)
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(o.AckTimeout))
 	if err != nil {
@@ -235,11 +235,17 @@ func (d *Destination) ensureStream(ctx context.Context, o Options) error {
 	if o.Stream == "" {
 		return nil
 	}
-	if !o.CreateStream {
-		if _, err := d.js.Stream(ctx, o.Stream); err != nil {
-			return fmt.Errorf("nats destination %q: stream %q: %w", o.Name, o.Stream, err)
+	_, err := d.js.Stream(ctx, o.Stream)
+	switch {
+	case err == nil:
+		if o.CreateStream {
+			d.log.Info("nats stream exists; configuration left unchanged", "stream", o.Stream)
 		}
 		return nil
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("nats destination %q: stream %q: %w", o.Name, o.Stream, err)
+	case !o.CreateStream:
+		return fmt.Errorf("nats destination %q: stream %q does not exist: create it (nats stream add %s --subjects ...), or set createStream: true and streamSubjects: %w", o.Name, o.Stream, o.Stream, err)
 	}
 	subjects := o.StreamSubjects
 	if len(subjects) == 0 {
@@ -248,7 +254,7 @@ func (d *Destination) ensureStream(ctx context.Context, o Options) error {
 		}
 		subjects = []string{d.subject.String()}
 	}
-	_, err := d.js.CreateStream(ctx, jetstream.StreamConfig{Name: o.Stream, Subjects: subjects, Storage: jetstream.FileStorage})
+	_, err = d.js.CreateStream(ctx, jetstream.StreamConfig{Name: o.Stream, Subjects: subjects, Storage: jetstream.FileStorage})
 	switch {
 	case err == nil:
 		d.log.Info("nats stream created", "stream", o.Stream, "subjects", subjects)
