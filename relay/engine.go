@@ -404,11 +404,28 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 	pubCtx, cancelPub := e.shutdownContext(ctx)
 	defer cancelPub()
 
+	// renewLoop stops the publish once the lease can no longer be vouched
+	// for, counting from when the claim was sent: the only moment known to
+	// come before the database set the lease. A claim that took more than
+	// half the lease (it waited long for the claim turn) would leave the
+	// publish little or no time by that count, though its lease is fresh:
+	// one renewal, before anything is published, vouches for it anew. If
+	// that fails, nothing is published and the rows are released.
+	var leaseLost atomic.Bool
+	if time.Since(claimed) > e.opt.Lease/2 {
+		if at, ok := e.confirmLease(pubCtx, log, token, len(msgs)); ok {
+			claimed = at
+		} else {
+			leaseLost.Store(true)
+		}
+	}
 	renewDone := make(chan struct{})
 	renewStopped := make(chan struct{})
-	var leaseLost atomic.Bool
 	go func() {
 		defer close(renewStopped)
+		if leaseLost.Load() {
+			return
+		}
 		e.renewLoop(pubCtx, log, token, len(msgs), claimed, renewDone, func() {
 			leaseLost.Store(true)
 			cancelPub()
@@ -437,6 +454,14 @@ func (e *Engine) deliver(ctx context.Context, log *slog.Logger, token string, ms
 		groups[dest] = append(groups[dest], i)
 	}
 
+	if leaseLost.Load() {
+		for _, idx := range groups {
+			for _, i := range idx {
+				outcomes[i].err = errLeaseUnconfirmed
+			}
+		}
+		clear(groups)
+	}
 	var wg sync.WaitGroup
 	for name, idx := range groups {
 		wg.Add(1)
@@ -539,6 +564,26 @@ func (e *Engine) publish(ctx context.Context, name string, idx []int, outcomes [
 			e.log.Info("circuit "+to.String(), "destination", name)
 		}
 	}
+}
+
+// errLeaseUnconfirmed is the outcome of a row not published because its
+// lease could not be confirmed after a slow claim (confirmLease).
+var errLeaseUnconfirmed = errors.New("not published: the lease of a slow claim could not be confirmed")
+
+// confirmLease renews the batch's lease once, before its publish, and
+// returns when the renewal was sent; false when it failed or found fewer
+// rows than the batch claimed.
+func (e *Engine) confirmLease(ctx context.Context, log *slog.Logger, token string, rows int) (time.Time, bool) {
+	sent := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, e.opt.Lease/3)
+	n, err := e.db.Renew(rctx, dialect.RenewParams{Token: token, Lease: e.opt.Lease})
+	cancel()
+	if err != nil || n < int64(rows) {
+		log.Warn("a slow claim's lease could not be confirmed: its rows are released without being published (same ids, no attempt spent)",
+			"token", token, "rows", rows, "still_held", n, "err", err)
+		return time.Time{}, false
+	}
+	return sent, true
 }
 
 // leaseMargin is the part of the lease that renewLoop leaves unused: when

@@ -146,11 +146,13 @@ func TestRenewedLeaseKeepsThePublish(t *testing.T) {
 
 // slowPublish takes d to publish, unless its context ends first.
 type slowPublish struct {
-	d   time.Duration
-	err error
+	d     time.Duration
+	err   error
+	calls int
 }
 
 func (s *slowPublish) Publish(ctx context.Context, _ []outbox.Message) error {
+	s.calls++
 	select {
 	case <-ctx.Done():
 		s.err = ctx.Err()
@@ -159,3 +161,59 @@ func (s *slowPublish) Publish(ctx context.Context, _ []outbox.Message) error {
 	return s.err
 }
 func (*slowPublish) Close() error { return nil }
+
+// slowClaim claims its rows after a delay, as a claim that waited long for
+// the claim turn does.
+type slowClaim struct {
+	*renewingDialect
+	delay time.Duration
+}
+
+func (s slowClaim) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	time.Sleep(s.delay)
+	return s.renewingDialect.Claim(ctx, p)
+}
+
+// TestSlowClaimConfirmsItsLeaseFirst: a claim that took more than half the
+// lease renews it once before publishing, so that the publish is not cut
+// for a lease the count from the claim's start would call nearly spent;
+// when that renewal fails, nothing is published and the rows are released
+// without spending an attempt.
+func TestSlowClaimConfirmsItsLeaseFirst(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		renew     func() (int64, error)
+		published bool
+	}{
+		{"renewed", func() (int64, error) { return 1, nil }, true},
+		{"not renewed", func() (int64, error) { return 0, errors.New("connection refused") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := &renewingDialect{
+				lockDialect: lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", Key: "k", MaxAttempts: 5}}},
+				renew:       tc.renew,
+			}
+			dest := &slowPublish{d: lease / 2}
+			e, err := New(leaseMode{slowClaim{db, 2 * lease / 3}}, toDest{}, map[string]destination.Destination{"d": dest}, Options{Lease: lease})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, _, err := e.runBatch(context.Background(), e.log, false); err != nil {
+				t.Fatal(err)
+			}
+			db.mu.Lock()
+			renewals, released := db.renewals, len(db.released)
+			db.mu.Unlock()
+			if renewals < 1 {
+				t.Errorf("no renewal after a claim that took 2/3 of the lease")
+			}
+			switch {
+			case tc.published && (dest.calls != 1 || dest.err != nil || released != 0):
+				t.Errorf("publish calls %d (err %v), released %d; want the row published whole, not cut", dest.calls, dest.err, released)
+			case !tc.published && (dest.calls != 0 || released != 1 || len(db.retries) != 0):
+				t.Errorf("publish calls %d, released %d, retried %v; want nothing published and the row released", dest.calls, released, db.retries)
+			}
+		})
+	}
+}

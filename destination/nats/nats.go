@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -412,15 +413,20 @@ func (d *Destination) deniedError(subject string) error {
 }
 
 // denials records the subjects the server refused a publish to, as it
-// reports them: asynchronously, in the connection's error handler.
+// reports them: asynchronously, in the connection's error handler. Until
+// the first refusal, asking costs an atomic load: it is asked once per
+// message.
 type denials struct {
-	mu   sync.Mutex
-	last map[string]time.Time // subject → the last refusal
-	wake chan struct{}        // closed, and replaced, at every refusal
+	any   atomic.Bool   // a refusal was recorded
+	first chan struct{} // wake until the first refusal closes it
+	mu    sync.Mutex
+	last  map[string]time.Time // subject → the last refusal
+	wake  chan struct{}        // closed, and replaced, at every refusal
 }
 
 func newDenials() *denials {
-	return &denials{last: map[string]time.Time{}, wake: make(chan struct{})}
+	first := make(chan struct{})
+	return &denials{first: first, last: map[string]time.Time{}, wake: first}
 }
 
 // maxDenied bounds the subjects remembered: a template subject can name
@@ -434,12 +440,16 @@ func (d *denials) add(subject string) {
 		clear(d.last)
 	}
 	d.last[subject] = time.Now()
+	d.any.Store(true)
 	close(d.wake)
 	d.wake = make(chan struct{})
 }
 
 // changed is closed at the next refusal.
 func (d *denials) changed() <-chan struct{} {
+	if !d.any.Load() {
+		return d.first
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.wake
@@ -447,6 +457,9 @@ func (d *denials) changed() <-chan struct{} {
 
 // since reports whether a publish to subject was refused at or after t.
 func (d *denials) since(subject string, t time.Time) bool {
+	if !d.any.Load() {
+		return false
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	at, ok := d.last[subject]
