@@ -355,9 +355,8 @@ func TestConnectionDropRecovers(t *testing.T) {
 func TestBrokerUnreachableIsUnavailable(t *testing.T) {
 	t.Parallel()
 	url := "amqp://guest:topsecret@" + testenv.ClosedPort(t) + "/"
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs testenv.LogBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := testenv.Context(t, 20*time.Second)
 	d, err := amqp.New(ctx, amqp.Options{Name: "down", URL: url, Exchange: "x", DialTimeout: time.Second}, log)
 	if err != nil {
@@ -371,22 +370,9 @@ func TestBrokerUnreachableIsUnavailable(t *testing.T) {
 	if err := d.Check(ctx); !outbox.IsUnavailable(err) {
 		t.Errorf("Check = %v, want Unavailable", err)
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
 	if strings.Contains(logs.String(), "topsecret") || (err != nil && strings.Contains(err.Error(), "topsecret")) {
 		t.Errorf("password leaked: %s / %v", logs.String(), err)
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func TestWrongPasswordNotLeaked(t *testing.T) {
@@ -523,19 +509,7 @@ func TestRefusedMessageFailsAlone(t *testing.T) {
 	adm.Exchange(good, "topic")
 	q := adm.Queue("q", good, "#")
 	bad := testenv.AMQPName(t, "internal")
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare(bad, "topic", true, false, true /* internal */, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	adm.DeleteExchangeAtCleanup(bad)
+	adm.InternalExchange(bad, "topic")
 
 	d := newDest(t, amqp.Options{URL: url, Exchange: "{{ aggregateType }}"})
 	ctx := testenv.Context(t, 30*time.Second)
@@ -549,7 +523,7 @@ func TestRefusedMessageFailsAlone(t *testing.T) {
 		}
 		batch = append(batch, m)
 	}
-	err = d.Publish(ctx, batch)
+	err := d.Publish(ctx, batch)
 	var be *destination.BatchError
 	if !errors.As(err, &be) || len(be.Errs) != len(batch) {
 		t.Fatalf("Publish = %v; want a BatchError for the refused messages", err)

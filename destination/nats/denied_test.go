@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -105,9 +104,8 @@ func TestStreamAtStartNamesTheFix(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not exist: create it") || !strings.Contains(err.Error(), "createStream") {
 		t.Fatalf("New with a missing stream: %v; want the fix named", err)
 	}
-	var logs strings.Builder
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	var logs testenv.LogBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	for range 2 {
 		d, err := natsdest.New(testenv.Context(t, 10*time.Second), natsdest.Options{Servers: []string{url}, Subject: subj, Stream: name, CreateStream: true}, log)
 		if err != nil {
@@ -123,21 +121,8 @@ func TestStreamAtStartNamesTheFix(t *testing.T) {
 			nc.Close()
 		}
 	})
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if strings.Count(out, "nats stream created") != 1 || strings.Count(out, "nats stream exists") != 1 {
 		t.Fatalf("two starts with createStream logged:\n%s\nwant one 'created', then one 'exists'", out)
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *strings.Builder
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

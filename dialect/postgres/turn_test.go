@@ -31,6 +31,16 @@ func holdTurn(t *testing.T, ctx context.Context, pool *pgxpool.Pool, d *Dialect)
 	return holder
 }
 
+// backendPID is the backend of the connection pool hands out next: with a
+// pool of one (or one connection left), the same connection every time.
+func backendPID(t *testing.T, ctx context.Context, pool *pgxpool.Pool) (pid int) {
+	t.Helper()
+	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
 // oneRowTurnHeld sets up a pool of two connections over a table of one
 // pending row, whose claim turn another transaction holds (holdTurn): one
 // connection for the holder, one for the claim under test.
@@ -111,13 +121,7 @@ func TestTurnClaimErrorLeavesTheConnectionUsable(t *testing.T) {
 	ctx := testenv.Context(t, 30*time.Second)
 	d := newDialect(t, pg.Pool)
 	pg.MustExec(t, ctx, `SET plan_cache_mode = force_custom_plan`)
-	pid := func() (p int) {
-		t.Helper()
-		if err := pg.Pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	pid := func() int { return backendPID(t, ctx, pg.Pool) }
 	first := pid()
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'turns', '{}' FROM generate_series(1, 3)`)
 	pg.MustExec(t, ctx, `CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -410,13 +414,7 @@ func TestBusyPollsLeaveTheConnectionReady(t *testing.T) {
 	poll := func() ([]outbox.Message, error) {
 		return d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000d1", Limit: 10, Lease: time.Minute, Poll: true})
 	}
-	pid := func() (p int) {
-		t.Helper()
-		if err := pg.Pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	pid := func() int { return backendPID(t, ctx, pg.Pool) }
 	first := pid()
 	for i := range 3 {
 		msgs, err := poll()

@@ -65,6 +65,16 @@ func (a *AMQPAdmin) Exchange(name, kind string) {
 	a.DeleteExchangeAtCleanup(name)
 }
 
+// InternalExchange declares a durable internal exchange of kind (one no
+// client may publish to), deleted when the test ends.
+func (a *AMQPAdmin) InternalExchange(name, kind string) {
+	a.t.Helper()
+	if err := a.ch.ExchangeDeclare(name, kind, true, false, true, false, nil); err != nil {
+		a.t.Fatalf("declare internal exchange %s: %v", name, err)
+	}
+	a.DeleteExchangeAtCleanup(name)
+}
+
 // DeleteExchangeAtCleanup deletes the exchange name when the test ends
 // (for exchanges the code under test declares).
 func (a *AMQPAdmin) DeleteExchangeAtCleanup(name string) {

@@ -13,6 +13,8 @@ package testenv
 import (
 	"context"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -61,4 +63,24 @@ func Eventually(t testing.TB, d time.Duration, cond func() bool, msg string, arg
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// LogBuffer collects what a logger writes, safely for concurrent writers
+// and readers: slog.New(slog.NewTextHandler(buf, nil)), then buf.String().
+type LogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
