@@ -78,6 +78,28 @@ func TestDeniedSubjectFailsItsMessagesAtOnce(t *testing.T) {
 			}
 		}
 	}
+	// Many refusals: later publishes to a denied subject fail without
+	// being sent, and the futures of those that were sent keep window
+	// slots until they resolve. Before, each refused publish freed its
+	// slot at once while its future stayed in jetstream's bounded table
+	// of outstanding publishes, and past 4,000 of them every publish of
+	// the destination stalled and failed, allowed subjects too.
+	start := time.Now()
+	for range 6 {
+		var batch []outbox.Message
+		for range 1000 {
+			batch = append(batch, msg("ORD.denied.many"))
+		}
+		if err := d.Publish(ctx, batch); destination.ErrorAt(err, 999) == nil {
+			t.Fatalf("a batch to a denied subject: %v; want it refused", err)
+		}
+	}
+	if err := d.Publish(ctx, []outbox.Message{msg("ORD.ok.c"), msg("ORD.ok.d")}); err != nil {
+		t.Fatalf("allowed subjects after 6,000 refusals: %v; want both acknowledged", err)
+	}
+	if took := time.Since(start); took >= ackTimeout/2 {
+		t.Fatalf("6,000 refusals and two allowed messages took %v; want no stall of the destination (jetstream stalls past 4,000 outstanding publishes)", took)
+	}
 	s, err := js.Stream(ctx, "ORD")
 	if err != nil {
 		t.Fatal(err)
@@ -86,8 +108,8 @@ func TestDeniedSubjectFailsItsMessagesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 2 {
-		t.Fatalf("stream holds %d messages; want the 2 allowed", info.State.Msgs)
+	if info.State.Msgs != 4 {
+		t.Fatalf("stream holds %d messages; want the 4 allowed", info.State.Msgs)
 	}
 }
 

@@ -163,7 +163,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 		o.ConnectTimeout = DefaultConnectWait
 	}
 	servers := redactURLs(o.Servers)
-	denied := newDenials()
+	denied := newDenials(o.AckTimeout)
 
 	opts := []nats.Option{
 		nats.Name("queuebox/" + o.Name),
@@ -305,18 +305,27 @@ publish:
 			b.set(i, fmt.Errorf("nats destination %q: subject: %w", d.name, err))
 			continue
 		}
+		if d.denied.recent(subj) {
+			// Refused within AckTimeout: publishing again would only
+			// hold a window slot until the ack times out. Once that has
+			// passed, one publish asks the server again (a permission
+			// granted meanwhile).
+			b.set(i, d.deniedError(subj))
+			continue
+		}
 		select {
 		case d.sem <- struct{}{}:
 		case <-ctx.Done():
 			break publish
 		}
+		sent := time.Now() // before the publish: the server's refusal can come before it returns
 		f, err := d.js.PublishMsgAsync(d.natsMsg(subj, m))
 		if err != nil {
 			<-d.sem
 			b.set(i, d.classify(err, subj, len(m.Payload)))
 			continue
 		}
-		pending <- pendingAck{i: i, f: f, subject: subj, size: len(m.Payload), sent: time.Now()}
+		pending <- pendingAck{i: i, f: f, subject: subj, size: len(m.Payload), sent: sent}
 	}
 	close(pending)
 	for j := i; j < len(msgs); j++ { // never sent: ctx ended
@@ -380,30 +389,60 @@ func (b *batch) abandon(err error) []error {
 func (d *Destination) collect(b *batch, pending <-chan pendingAck) {
 	defer close(b.done)
 	for p := range pending {
-	wait:
-		for {
-			denied := d.denied.changed()
-			if d.denied.since(p.subject, p.sent) {
-				b.set(p.i, d.deniedError(p.subject))
-				break wait
-			}
-			select {
-			case <-p.f.Ok(): // a duplicate ack is a success too
-				b.set(p.i, nil)
-				break wait
-			case err := <-p.f.Err():
-				b.set(p.i, d.classify(err, p.subject, p.size))
-				break wait
-			case <-denied:
-				// The server refused a publish to some subject. Its PubAck
-				// never comes: without this, the message waited AckTimeout
-				// and failed as "destination down", so that it spent no
-				// attempt, never died, and opened the circuit for every
-				// other subject of the destination.
-				// Checked again at the top of the loop.
-			}
+		if d.await(b, p) {
+			<-d.sem
+			continue
 		}
-		<-d.sem
+		// Denied: the outcome is set, but the future stays in jetstream's
+		// table of outstanding publishes until AckTimeout, and that table
+		// is bounded (4,000 by default, past which every publish stalls).
+		// The window slot is freed when the future resolves, so that the
+		// outstanding futures stay within MaxPending, as for any other
+		// message.
+		go func(f jetstream.PubAckFuture) {
+			select {
+			case <-f.Ok():
+			case <-f.Err():
+			}
+			<-d.sem
+		}(p.f)
+	}
+}
+
+// await waits for p's PubAck and sets its outcome; false when the server
+// denied the publish (the future is still unresolved then).
+func (d *Destination) await(b *batch, p pendingAck) bool {
+	for {
+		denied := d.denied.changed()
+		// An acknowledgement that is there already wins over a refusal
+		// of the subject, which may belong to an earlier publish.
+		select {
+		case <-p.f.Ok(): // a duplicate ack is a success too
+			b.set(p.i, nil)
+			return true
+		case err := <-p.f.Err():
+			b.set(p.i, d.classify(err, p.subject, p.size))
+			return true
+		default:
+		}
+		if d.denied.since(p.subject, p.sent) {
+			b.set(p.i, d.deniedError(p.subject))
+			return false
+		}
+		select {
+		case <-p.f.Ok():
+			b.set(p.i, nil)
+			return true
+		case err := <-p.f.Err():
+			b.set(p.i, d.classify(err, p.subject, p.size))
+			return true
+		case <-denied:
+			// The server refused a publish to some subject. Its PubAck
+			// never comes: without this, the message waited AckTimeout
+			// and failed as "destination down", so that it spent no
+			// attempt, never died, and opened the circuit for every
+			// other subject of the destination. Checked again above.
+		}
 	}
 }
 
@@ -417,29 +456,51 @@ func (d *Destination) deniedError(subject string) error {
 // the first refusal, asking costs an atomic load: it is asked once per
 // message.
 type denials struct {
-	any   atomic.Bool   // a refusal was recorded
-	first chan struct{} // wake until the first refusal closes it
-	mu    sync.Mutex
-	last  map[string]time.Time // subject → the last refusal
-	wake  chan struct{}        // closed, and replaced, at every refusal
+	any        atomic.Bool   // a refusal was recorded
+	first      chan struct{} // wake until the first refusal closes it
+	ackTimeout time.Duration // refusals older than this match no publish in flight
+	mu         sync.Mutex
+	last       map[string]time.Time // subject → the last refusal
+	wake       chan struct{}        // closed, and replaced, at every refusal
 }
 
-func newDenials() *denials {
+func newDenials(ackTimeout time.Duration) *denials {
 	first := make(chan struct{})
-	return &denials{first: first, last: map[string]time.Time{}, wake: first}
+	return &denials{first: first, ackTimeout: ackTimeout, last: map[string]time.Time{}, wake: first}
 }
 
 // maxDenied bounds the subjects remembered: a template subject can name
-// many, and a refusal matters only to the publishes in flight.
+// many, and a refusal matters only to the publishes in flight. Past it,
+// the oldest are forgotten: a refusal that a message still waiting for
+// its ack needs is lost only when more than maxDenied subjects were
+// refused within AckTimeout, and that message then fails when its ack
+// times out, as before refusals were watched.
 const maxDenied = 1024
 
 func (d *denials) add(subject string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.last) >= maxDenied {
-		clear(d.last)
+	now := time.Now()
+	if _, known := d.last[subject]; !known && len(d.last) >= maxDenied {
+		// Forget refusals older than any publish still waiting for its
+		// ack (AckTimeout), then the oldest ones: never one a message
+		// in flight may still need.
+		for s, at := range d.last {
+			if now.Sub(at) > d.ackTimeout {
+				delete(d.last, s)
+			}
+		}
+		for len(d.last) >= maxDenied {
+			oldest, first := "", time.Time{}
+			for s, at := range d.last {
+				if first.IsZero() || at.Before(first) {
+					oldest, first = s, at
+				}
+			}
+			delete(d.last, oldest)
+		}
 	}
-	d.last[subject] = time.Now()
+	d.last[subject] = now
 	d.any.Store(true)
 	close(d.wake)
 	d.wake = make(chan struct{})
@@ -453,6 +514,18 @@ func (d *denials) changed() <-chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.wake
+}
+
+// recent reports whether a publish to subject was refused within
+// AckTimeout.
+func (d *denials) recent(subject string) bool {
+	if !d.any.Load() {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at, ok := d.last[subject]
+	return ok && time.Since(at) < d.ackTimeout
 }
 
 // since reports whether a publish to subject was refused at or after t.
@@ -540,7 +613,8 @@ func (d *Destination) classify(err error, subj string, size int) error {
 	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionClosed),
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrReconnectBufExceeded),
 		errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrTimeout),
-		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, nats.ErrStaleConnection):
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, nats.ErrStaleConnection),
+		errors.Is(err, jetstream.ErrTooManyStalledMsgs):
 		return outbox.Unavailable(fmt.Errorf("nats destination %q: %s: %w", d.name, d.servers, err))
 	default:
 		return fmt.Errorf("nats destination %q: publish to %q: %w", d.name, subj, err)

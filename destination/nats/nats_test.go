@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,12 +21,22 @@ import (
 )
 
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type testWriter struct{ t *testing.T }
+// testWriter logs to the test until it ends; nats.go's callbacks (a
+// disconnect after Close) can run later, and t.Log then panics.
+type testWriter struct {
+	t    *testing.T
+	done atomic.Bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
+func (w *testWriter) Write(p []byte) (int, error) {
+	if w.done.Load() {
+		return len(p), nil
+	}
 	w.t.Helper()
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
