@@ -530,8 +530,11 @@ func (d *Destination) isolate(ctx context.Context, msgs []outbox.Message, errs [
 // isChannelClosed reports whether err is a channel closed by the broker
 // (a soft error: the connection stays usable) under a message.
 func isChannelClosed(err error) bool {
-	var aerr *amqp.Error
-	return err != nil && !outbox.IsUnavailable(err) && errors.As(err, &aerr) && isChannelLevel(aerr)
+	var (
+		aerr *amqp.Error
+		xerr exchangeFailure
+	)
+	return err != nil && !outbox.IsUnavailable(err) && !errors.As(err, &xerr) && errors.As(err, &aerr) && isChannelLevel(aerr)
 }
 
 // publish is one pass of Publish: msgs on one channel, each message's
@@ -789,16 +792,26 @@ func (d *Destination) ensureExchanges(ctx context.Context, s *session, addrs []a
 }
 
 func (d *Destination) exchangeError(ex string, e *amqp.Error) error {
+	var err error
 	switch e.Code {
 	case amqp.NotFound:
-		return fmt.Errorf("amqp: exchange %q does not exist (declare it, or set declareExchange: true): %w", ex, e)
+		err = fmt.Errorf("amqp: exchange %q does not exist (declare it, or set declareExchange: true): %w", ex, e)
 	case amqp.PreconditionFailed:
-		return fmt.Errorf("amqp: exchange %q exists with other settings than type %q, durable: %w", ex, d.opts.ExchangeType, e)
+		err = fmt.Errorf("amqp: exchange %q exists with other settings than type %q, durable: %w", ex, d.opts.ExchangeType, e)
 	case amqp.AccessRefused:
-		return fmt.Errorf("amqp: access to exchange %q refused: %w", ex, e)
+		err = fmt.Errorf("amqp: access to exchange %q refused: %w", ex, e)
+	default:
+		err = fmt.Errorf("amqp: exchange %q: %w", ex, e)
 	}
-	return fmt.Errorf("amqp: exchange %q: %w", ex, e)
+	return exchangeFailure{err}
 }
+
+// exchangeFailure marks the error of a message whose exchange failed its
+// check before anything was published: it failed on its own, so Publish
+// does not publish it again to narrow a refusal down (isolate).
+type exchangeFailure struct{ error }
+
+func (e exchangeFailure) Unwrap() error { return e.error }
 
 // channelClosed classifies the reason a channel was closed mid-batch.
 func (d *Destination) channelClosed(e *amqp.Error) error {

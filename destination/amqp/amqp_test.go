@@ -497,7 +497,8 @@ func (r *reader) receive(ctx context.Context, n int) ([]destinationtest.Received
 // TestRefusedMessageFailsAlone: messages the broker refuses with a channel
 // error (here two bound for an internal exchange, which no client may
 // publish to) fail alone; the other messages of the batch, which the
-// closed channel failed with them, are published again and delivered.
+// closed channel failed with them, are published again and delivered;
+// messages for a missing exchange fail with that.
 // Before, every message not yet confirmed when the channel closed failed
 // with the refused one's error, spent an attempt for it, and could die of
 // it (found by a review's test).
@@ -513,9 +514,19 @@ func TestRefusedMessageFailsAlone(t *testing.T) {
 
 	d := newDest(t, amqp.Options{URL: url, Exchange: "{{ aggregateType }}"})
 	ctx := testenv.Context(t, 30*time.Second)
+	// First a hundred messages for an exchange that does not exist: they
+	// fail its check before anything is published, on their own, and are
+	// not published again (a review found them using up the narrowing's
+	// 64 passes, so that the good messages kept the refused one's error).
 	var batch []outbox.Message
-	refused := map[int]bool{3: true, 8: true}
-	for i := range 12 {
+	missing := testenv.AMQPName(t, "missing")
+	for i := range 100 {
+		m := msg(100+i, "a.b", fmt.Sprintf("m%d", i))
+		m.AggregateType = missing
+		batch = append(batch, m)
+	}
+	refused := map[int]bool{103: true, 108: true}
+	for i := 100; i < 112; i++ {
 		m := msg(i, "a.b", fmt.Sprintf("k%d", i))
 		m.AggregateType = good
 		if refused[i] {
@@ -531,6 +542,10 @@ func TestRefusedMessageFailsAlone(t *testing.T) {
 	want := map[string]bool{}
 	for i, e := range be.Errs {
 		switch {
+		case i < 100:
+			if e == nil || !strings.Contains(e.Error(), "does not exist") {
+				t.Errorf("message %d (missing exchange): %v; want the exchange named missing", i, e)
+			}
 		case refused[i] && (e == nil || outbox.IsUnavailable(e) || !strings.Contains(e.Error(), "ACCESS_REFUSED")):
 			t.Errorf("message %d (internal exchange): %v; want the broker's refusal, not unavailable", i, e)
 		case !refused[i] && e != nil:
