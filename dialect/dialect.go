@@ -149,3 +149,12 @@ type ReleaseExpiredParams struct {
 type BatchCommitter interface {
 	Commit(ctx context.Context, token string) error
 }
+
+// BatchDeadliner is implemented by dialects whose batches end at a time
+// that renewals do not move (lock mode: the lock timeout rolls the batch's
+// transaction back, and then another relay may claim its rows). The
+// engine stops a batch's publish before its deadline, as before the end
+// of a lease it cannot renew.
+type BatchDeadliner interface {
+	BatchDeadline(token string) (time.Time, bool)
+}

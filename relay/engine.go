@@ -607,9 +607,31 @@ const leaseMargin = 6
 //     a copy published after that arrives out of order.
 func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, rows int, claimed time.Time, done <-chan struct{}, lost func()) {
 	every, keep := e.opt.Lease/3, e.opt.Lease-e.opt.Lease/leaseMargin
+	// A batch that ends at a fixed time (lock mode's lock timeout) stops
+	// before it, whatever its renewals say.
+	var hard time.Time
+	if bd, ok := e.db.(dialect.BatchDeadliner); ok {
+		if end, ok := bd.BatchDeadline(token); ok {
+			hard = end.Add(-end.Sub(claimed) / leaseMargin)
+		}
+	}
+	deadlineFrom := func(confirmed time.Time) time.Time {
+		d := confirmed.Add(keep)
+		if !hard.IsZero() && hard.Before(d) {
+			d = hard
+		}
+		return d
+	}
 	confirmed := claimed
-	deadline := confirmed.Add(keep)
-	t := time.NewTimer(min(every, time.Until(deadline)))
+	deadline := deadlineFrom(confirmed)
+	// Renewals run every Lease/3 counted from the last confirmation, not
+	// from when the publish began: after a claim that took a while, the
+	// first renewal comes sooner, and has its full share of time before
+	// the deadline.
+	next := func() time.Duration {
+		return max(min(time.Until(confirmed.Add(every)), time.Until(deadline)), 0)
+	}
+	t := time.NewTimer(next())
 	defer t.Stop()
 	for {
 		select {
@@ -649,7 +671,7 @@ func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, 
 			lost()
 			return
 		}
-		confirmed, deadline = sent, sent.Add(keep)
-		t.Reset(min(every, time.Until(deadline)))
+		confirmed, deadline = sent, deadlineFrom(sent)
+		t.Reset(next())
 	}
 }

@@ -17,15 +17,21 @@ import (
 type renewingDialect struct {
 	lockDialect
 	renew    func() (int64, error)
+	delay    time.Duration // each renewal takes this long, unless its context ends first
 	mu       sync.Mutex
 	released []string
 	renewals int
 }
 
-func (d *renewingDialect) Renew(context.Context, dialect.RenewParams) (int64, error) {
+func (d *renewingDialect) Renew(ctx context.Context, _ dialect.RenewParams) (int64, error) {
 	d.mu.Lock()
 	d.renewals++
 	d.mu.Unlock()
+	select {
+	case <-time.After(d.delay):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 	return d.renew()
 }
 
@@ -215,5 +221,76 @@ func TestSlowClaimConfirmsItsLeaseFirst(t *testing.T) {
 				t.Errorf("publish calls %d, released %d, retried %v; want nothing published and the row released", dest.calls, released, db.retries)
 			}
 		})
+	}
+}
+
+// TestClaimJustUnderHalfTheLeaseKeepsItsPublish: renewals are counted from
+// the last confirmation, so a claim that took just under half the lease
+// (no confirmation before the publish) renews soon after, with its full
+// share of time, and a publish longer than the lease goes on. Before, the
+// first renewal came a third of a lease after the publish began, with
+// almost no time left before the deadline, and a healthy batch was cut
+// (found by a review).
+func TestClaimJustUnderHalfTheLeaseKeepsItsPublish(t *testing.T) {
+	const lease = 1200 * time.Millisecond
+	db := &renewingDialect{
+		lockDialect: lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", Key: "k", MaxAttempts: 5}}},
+		renew:       func() (int64, error) { return 1, nil },
+		delay:       40 * time.Millisecond,
+	}
+	dest := &slowPublish{d: lease}
+	e, err := New(leaseMode{slowClaim{db, lease/2 - 10*time.Millisecond}}, toDest{}, map[string]destination.Destination{"d": dest}, Options{Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := e.runBatch(context.Background(), e.log, false); err != nil {
+		t.Fatal(err)
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if dest.err != nil || len(db.released) != 0 || db.renewals < 2 {
+		t.Errorf("publish error %v, released %v, %d renewals; want the publish to finish under renewed leases", dest.err, db.released, db.renewals)
+	}
+}
+
+// deadlineDialect ends every batch at a fixed time after its claim, as
+// lock mode's lock timeout does, whatever its renewals report.
+type deadlineDialect struct {
+	*renewingDialect
+	after time.Duration
+	mu    sync.Mutex
+	end   time.Time
+}
+
+func (d *deadlineDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	d.mu.Lock()
+	d.end = time.Now().Add(d.after)
+	d.mu.Unlock()
+	return d.renewingDialect.Claim(ctx, p)
+}
+
+func (d *deadlineDialect) BatchDeadline(string) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.end, true
+}
+
+// TestBatchDeadlineStopsThePublish: a batch with a fixed end (lock mode:
+// the lock timeout rolls it back, and another relay may then claim its
+// rows) stops its publish before that end, though every renewal succeeds.
+// Before, lock mode's renewals always reported the batch held until the
+// rollback, and the publish went on for up to a third of a lease past it.
+func TestBatchDeadlineStopsThePublish(t *testing.T) {
+	const lease, lockTimeout = 3 * time.Second, 1500 * time.Millisecond
+	db := &deadlineDialect{renewingDialect: &renewingDialect{
+		lockDialect: lockDialect{msgs: []outbox.Message{{ID: "a", Topic: "t", Key: "k", MaxAttempts: 5}}},
+		renew:       func() (int64, error) { return 1, nil },
+	}, after: lockTimeout}
+	took := runOneBatch(t, struct {
+		dialect.Dialect
+		dialect.BatchDeadliner
+	}{leaseMode{db}, db}, lease)
+	if took >= lockTimeout || took < lockTimeout/2 {
+		t.Errorf("the publish was stopped %v after the claim; want before the batch's end (%v), not before half of it", took, lockTimeout)
 	}
 }

@@ -74,7 +74,10 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			sentBy[o.dest]++
 			continue
 		}
-		if shutdownCut && !outbox.IsPermanent(o.err) && !errors.Is(o.err, outbox.ErrNoRoute) {
+		// A row deferred (its destination down, its circuit open) keeps
+		// its deferral delay when the publish is cut: released, it would
+		// be due again at once.
+		if shutdownCut && !o.deferred && !outbox.IsPermanent(o.err) && !errors.Is(o.err, outbox.ErrNoRoute) {
 			released = append(released, m.ID)
 			continue
 		}

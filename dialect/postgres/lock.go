@@ -27,6 +27,7 @@ var lockQueryNames = []string{"claim", "complete", "dead", "retry"}
 const DefaultLockTimeout = 30 * time.Second
 
 var (
+	_ dialect.BatchDeadliner = (*LockDialect)(nil)
 	_ dialect.Dialect        = (*LockDialect)(nil)
 	_ dialect.BatchCommitter = (*LockDialect)(nil)
 )
@@ -57,12 +58,13 @@ type LockDialect struct {
 
 // lockedBatch is one claimed batch: its open transaction.
 type lockedBatch struct {
-	mu     sync.Mutex
-	tx     pgx.Tx
-	rows   int
-	err    error       // the first failure; Commit then rolls back
-	timer  *time.Timer // ends the batch when the lock timeout passes
-	closed bool
+	mu       sync.Mutex
+	tx       pgx.Tx
+	rows     int
+	deadline time.Time   // when the lock timeout ends the batch
+	err      error       // the first failure; Commit then rolls back
+	timer    *time.Timer // ends the batch when the lock timeout passes
+	closed   bool
 }
 
 // NewLockMode renders the SQL for m in lock mode and returns a dialect that
@@ -94,6 +96,16 @@ func NewLockMode(pool *pgxpool.Pool, m dialect.Mapping, lockTimeout time.Duratio
 // RenderLock returns the SQL of lock mode's queries rendered for m.
 func RenderLock(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 	return renderFiles(lockFiles, "sql/lock", lockQueryNames, m, newOptions(opts))
+}
+
+// BatchDeadline implements dialect.BatchDeadliner: when the lock timeout
+// ends the batch of token.
+func (d *LockDialect) BatchDeadline(token string) (time.Time, bool) {
+	b := d.batch(token)
+	if b == nil {
+		return time.Time{}, false
+	}
+	return b.deadline, true
 }
 
 // LockTimeout is the bound on each batch's transaction.
@@ -156,6 +168,7 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 	}
 	d.batches[p.Token] = b
 	d.mu.Unlock()
+	b.deadline = time.Now().Add(d.timeout)
 	b.timer = time.AfterFunc(d.timeout, func() {
 		b.fail(fmt.Errorf("the batch held its locks longer than the lock timeout (%v)", d.timeout))
 	})
