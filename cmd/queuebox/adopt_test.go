@@ -278,8 +278,10 @@ func TestAdoptTableOfAnotherShape(t *testing.T) {
 		out, _ := cmd.CombinedOutput()
 		return cmd.ProcessState.ExitCode(), string(out)
 	}
-	if code, out := replay("--id", "0b6f0d8e-4c1a-4d7e-9a57-3f7f2b0c9e11"); code != 2 || !strings.Contains(out, "not an integer") {
-		t.Fatalf("replay --id UUID on a bigint id: exit %d, want 2 naming the id type\n%s", code, out)
+	for _, bad := range []string{"0b6f0d8e-4c1a-4d7e-9a57-3f7f2b0c9e11", "99999999999999999999"} {
+		if code, out := replay("--id", bad); code != 2 || !strings.Contains(out, "not a 64-bit integer (the table's id column is bigint)") {
+			t.Fatalf("replay --id %s on a bigint id: exit %d, want 2 naming the id type\n%s", bad, code, out)
+		}
 	}
 	if code, out := replay("--id", deadID); code != 0 || !strings.Contains(out, "replayed 1 rows") {
 		t.Fatalf("replay --id %s: exit %d\n%s", deadID, code, out)

@@ -161,7 +161,15 @@ func migrate(ctx context.Context, w io.Writer, cfg *config.Config, action string
 		if err != nil {
 			return err
 		}
-		return runMigrations(ctx, w, p, action, true)
+		tracked := true
+		if action == "status" {
+			// As on PostgreSQL: status writes nothing (not run here: no
+			// SQL Server on the machine that wrote it).
+			if err := db.QueryRowContext(ctx, "SELECT CASE WHEN OBJECT_ID(N'goose_db_version', N'U') IS NULL THEN 0 ELSE 1 END").Scan(&tracked); err != nil {
+				return fmt.Errorf("migrate status: %w", err)
+			}
+		}
+		return runMigrations(ctx, w, p, action, tracked)
 	}
 	pool, err := openPostgres(ctx, cfg)
 	if err != nil {

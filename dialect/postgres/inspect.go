@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -259,8 +260,14 @@ func (d *Dialect) replayIDParams(in []string) ([]string, error) {
 			}
 			out[i] = u.String()
 		case "bigint", "integer", "smallint":
-			if _, err := strconv.ParseInt(strings.TrimSpace(id), 10, 64); err != nil {
-				return nil, outbox.Permanent(fmt.Errorf("replay: %w: %q is not an integer (the table's id column is %s)", dialect.ErrBadID, dialect.Snippet([]byte(id)), d.opts.idType))
+			bits := map[string]int{"bigint": 64, "integer": 32, "smallint": 16}[d.opts.idType]
+			if _, err := strconv.ParseInt(strings.TrimSpace(id), 10, bits); err != nil {
+				return nil, outbox.Permanent(fmt.Errorf("replay: %w: %q is not a %d-bit integer (the table's id column is %s)", dialect.ErrBadID, dialect.Snippet([]byte(id)), bits, d.opts.idType))
+			}
+			out[i] = strings.TrimSpace(id)
+		case "numeric":
+			if _, ok := new(big.Rat).SetString(strings.TrimSpace(id)); !ok {
+				return nil, outbox.Permanent(fmt.Errorf("replay: %w: %q is not a number (the table's id column is numeric)", dialect.ErrBadID, dialect.Snippet([]byte(id))))
 			}
 			out[i] = strings.TrimSpace(id)
 		default:
