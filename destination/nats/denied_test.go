@@ -27,34 +27,8 @@ import (
 // died, and opened the circuit for every subject of the destination.
 func TestDeniedSubjectFailsItsMessagesAtOnce(t *testing.T) {
 	t.Parallel()
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "relay", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"ORD.denied.>"}},
-		}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS did not start")
-	}
-	t.Cleanup(srv.Shutdown)
-	url := fmt.Sprintf("nats://relay:pw@127.0.0.1:%d", testenv.EmbeddedNATSPort(srv))
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, js := deniedServer(t)
 	ctx := testenv.Context(t, 30*time.Second)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORD", Subjects: []string{"ORD.>"}}); err != nil {
-		t.Fatal(err)
-	}
 	const ackTimeout = 20 * time.Second
 	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: "{{ topic }}", AckTimeout: ackTimeout})
 
@@ -113,6 +87,38 @@ func TestDeniedSubjectFailsItsMessagesAtOnce(t *testing.T) {
 	}
 }
 
+// TestDeniedBurstLeavesTheWindowFree: a burst to a denied subject larger
+// than the window (MaxPending 16, 40 messages) fails at once, and messages
+// to allowed subjects right after it are acknowledged without waiting for
+// the refused publishes' acks to time out: a refused publish moves its
+// window slot to a budget of its own. (With the slot held until the
+// future resolved, the burst and the allowed messages after it waited the
+// whole ack timeout, found by a review.)
+func TestDeniedBurstLeavesTheWindowFree(t *testing.T) {
+	t.Parallel()
+	url, _ := deniedServer(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	const ackTimeout = 6 * time.Second
+	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: "{{ topic }}", AckTimeout: ackTimeout, MaxPending: 16})
+	var burst []outbox.Message
+	for range 40 {
+		burst = append(burst, msg("ORD.denied.burst"))
+	}
+	start := time.Now()
+	err := d.Publish(ctx, burst)
+	for i := range burst {
+		if e := destination.ErrorAt(err, i); e == nil || !strings.Contains(e.Error(), "denies the relay's user publish") {
+			t.Fatalf("burst message %d: %v; want refused", i, e)
+		}
+	}
+	if err := d.Publish(ctx, []outbox.Message{msg("ORD.ok.after1"), msg("ORD.ok.after2")}); err != nil {
+		t.Fatalf("allowed messages after the burst: %v", err)
+	}
+	if took := time.Since(start); took >= ackTimeout/2 {
+		t.Fatalf("a denied burst and two allowed messages took %v; want neither to wait for the refused acks to time out (%v)", took, ackTimeout)
+	}
+}
+
 // TestStreamAtStartNamesTheFix: a configured stream that does not exist
 // fails New with the fix named; with createStream, a stream that exists
 // already is reported as existing, not as created (queuebox check, which
@@ -147,4 +153,40 @@ func TestStreamAtStartNamesTheFix(t *testing.T) {
 	if strings.Count(out, "nats stream created") != 1 || strings.Count(out, "nats stream exists") != 1 {
 		t.Fatalf("two starts with createStream logged:\n%s\nwant one 'created', then one 'exists'", out)
 	}
+}
+
+// deniedServer starts a NATS server whose user may publish anywhere but
+// ORD.denied.>, with a stream ORD over ORD.>, and returns its URL (with the
+// user's credentials) and a JetStream client of that user.
+func deniedServer(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "relay", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"ORD.denied.>"}},
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS did not start")
+	}
+	t.Cleanup(srv.Shutdown)
+	url := fmt.Sprintf("nats://relay:pw@127.0.0.1:%d", testenv.EmbeddedNATSPort(srv))
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORD", Subjects: []string{"ORD.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	return url, js
 }

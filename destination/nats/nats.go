@@ -95,9 +95,14 @@ type Destination struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	sem     chan struct{}
-	log     *slog.Logger
-	servers string // redacted, for messages
-	denied  *denials
+	// deniedSem holds the futures of refused publishes, which resolve
+	// only when their ack times out: a refused message moves its window
+	// slot here, so that refusals do not shrink the window unless
+	// MaxPending of them are outstanding at once.
+	deniedSem chan struct{}
+	log       *slog.Logger
+	servers   string // redacted, for messages
+	denied    *denials
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -204,22 +209,27 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 	if err != nil {
 		return nil, fmt.Errorf("nats destination %q: connect to %s: %w (check servers, and that nats-server is running and reachable)", o.Name, servers, err)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(o.AckTimeout))
+	// jetstream's table of outstanding publishes holds the window and the
+	// refused publishes still waiting for their ack to time out
+	// (deniedSem); its default of 4,000 would stall a larger window.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(o.AckTimeout),
+		jetstream.WithPublishAsyncMaxPending(2*o.MaxPending))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("nats destination %q: jetstream: %w", o.Name, err)
 	}
 	d := &Destination{
-		name:    o.Name,
-		subject: tmpl,
-		stream:  o.Stream,
-		nc:      nc,
-		js:      js,
-		sem:     make(chan struct{}, o.MaxPending),
-		log:     log,
-		servers: servers,
-		denied:  denied,
-		closed:  make(chan struct{}),
+		name:      o.Name,
+		subject:   tmpl,
+		stream:    o.Stream,
+		nc:        nc,
+		js:        js,
+		sem:       make(chan struct{}, o.MaxPending),
+		deniedSem: make(chan struct{}, o.MaxPending),
+		log:       log,
+		servers:   servers,
+		denied:    denied,
+		closed:    make(chan struct{}),
 	}
 	if err := d.ensureStream(ctx, o); err != nil {
 		nc.Close()
@@ -307,9 +317,9 @@ publish:
 		}
 		if d.denied.recent(subj) {
 			// Refused within AckTimeout: publishing again would only
-			// hold a window slot until the ack times out. Once that has
-			// passed, one publish asks the server again (a permission
-			// granted meanwhile).
+			// hold a slot until the ack times out. Once that has passed,
+			// one publish asks the server again (a permission granted
+			// meanwhile); an acknowledged one clears the refusal.
 			b.set(i, d.deniedError(subj))
 			continue
 		}
@@ -317,6 +327,11 @@ publish:
 		case d.sem <- struct{}{}:
 		case <-ctx.Done():
 			break publish
+		}
+		if d.denied.recent(subj) { // refused while this message waited for its slot
+			<-d.sem
+			b.set(i, d.deniedError(subj))
+			continue
 		}
 		sent := time.Now() // before the publish: the server's refusal can come before it returns
 		f, err := d.js.PublishMsgAsync(d.natsMsg(subj, m))
@@ -394,17 +409,19 @@ func (d *Destination) collect(b *batch, pending <-chan pendingAck) {
 			continue
 		}
 		// Denied: the outcome is set, but the future stays in jetstream's
-		// table of outstanding publishes until AckTimeout, and that table
-		// is bounded (4,000 by default, past which every publish stalls).
-		// The window slot is freed when the future resolves, so that the
-		// outstanding futures stay within MaxPending, as for any other
-		// message.
+		// bounded table of outstanding publishes until its ack times out
+		// (a publish past the bound stalls). It moves from the window to
+		// deniedSem, which bounds such futures to MaxPending: the table
+		// never holds more than twice MaxPending, and refusals hold no
+		// window slot unless MaxPending of them are outstanding.
 		go func(f jetstream.PubAckFuture) {
+			d.deniedSem <- struct{}{}
+			<-d.sem
 			select {
 			case <-f.Ok():
 			case <-f.Err():
 			}
-			<-d.sem
+			<-d.deniedSem
 		}(p.f)
 	}
 }
@@ -419,6 +436,7 @@ func (d *Destination) await(b *batch, p pendingAck) bool {
 		select {
 		case <-p.f.Ok(): // a duplicate ack is a success too
 			b.set(p.i, nil)
+			d.denied.allowed(p.subject)
 			return true
 		case err := <-p.f.Err():
 			b.set(p.i, d.classify(err, p.subject, p.size))
@@ -432,6 +450,7 @@ func (d *Destination) await(b *batch, p pendingAck) bool {
 		select {
 		case <-p.f.Ok():
 			b.set(p.i, nil)
+			d.denied.allowed(p.subject)
 			return true
 		case err := <-p.f.Err():
 			b.set(p.i, d.classify(err, p.subject, p.size))
@@ -517,7 +536,9 @@ func (d *denials) changed() <-chan struct{} {
 }
 
 // recent reports whether a publish to subject was refused within
-// AckTimeout.
+// AckTimeout. Past that, it lets one publish through to ask the server
+// again, and counts that probe as a refusal until it is answered (an ack
+// clears it: allowed).
 func (d *denials) recent(subject string) bool {
 	if !d.any.Load() {
 		return false
@@ -525,7 +546,24 @@ func (d *denials) recent(subject string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	at, ok := d.last[subject]
-	return ok && time.Since(at) < d.ackTimeout
+	if !ok {
+		return false
+	}
+	if time.Since(at) < d.ackTimeout {
+		return true
+	}
+	d.last[subject] = time.Now() // the probe
+	return false
+}
+
+// allowed forgets the refusal of subject, whose publish was acknowledged.
+func (d *denials) allowed(subject string) {
+	if !d.any.Load() {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.last, subject)
 }
 
 // since reports whether a publish to subject was refused at or after t.
@@ -688,6 +726,9 @@ func (d *Destination) Close() error {
 		if err := d.nc.Drain(); err != nil {
 			d.nc.Close()
 		}
+		// Futures still outstanding (refused publishes waiting for their
+		// ack to time out) resolve now, and their waiters end.
+		d.js.CleanupPublisher()
 	})
 	return nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/big"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -266,7 +266,7 @@ func (d *Dialect) replayIDParams(in []string) ([]string, error) {
 			}
 			out[i] = strings.TrimSpace(id)
 		case "numeric":
-			if _, ok := new(big.Rat).SetString(strings.TrimSpace(id)); !ok {
+			if !numericLiteral.MatchString(id) {
 				return nil, outbox.Permanent(fmt.Errorf("replay: %w: %q is not a number (the table's id column is numeric)", dialect.ErrBadID, dialect.Snippet([]byte(id))))
 			}
 			out[i] = strings.TrimSpace(id)
@@ -276,6 +276,10 @@ func (d *Dialect) replayIDParams(in []string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// numericLiteral is what PostgreSQL's numeric input accepts: a decimal
+// number with an optional exponent, NaN, or an infinity.
+var numericLiteral = regexp.MustCompile(`(?i)^\s*([+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(e[+-]?[0-9]+)?|nan|[+-]?(infinity|inf))\s*$`)
 
 // replayBatch runs replay.sql for one batch of ids. With the table's claim
 // turn it takes the turn first, in the same transaction: the statement then

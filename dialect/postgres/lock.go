@@ -160,7 +160,7 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 	if len(msgs) == 0 {
 		return nil, nil // rolled back by the deferred call
 	}
-	b := &lockedBatch{tx: tx, rows: len(msgs)}
+	b := &lockedBatch{tx: tx, rows: len(msgs), deadline: time.Now().Add(d.timeout)}
 	d.mu.Lock()
 	if _, dup := d.batches[p.Token]; dup {
 		d.mu.Unlock()
@@ -168,7 +168,6 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 	}
 	d.batches[p.Token] = b
 	d.mu.Unlock()
-	b.deadline = time.Now().Add(d.timeout)
 	b.timer = time.AfterFunc(d.timeout, func() {
 		b.fail(fmt.Errorf("the batch held its locks longer than the lock timeout (%v)", d.timeout))
 	})
