@@ -429,18 +429,24 @@ func (d *Destination) collect(b *batch, pending <-chan pendingAck) {
 // await waits for p's PubAck and sets its outcome; false when the server
 // denied the publish (the future is still unresolved then).
 func (d *Destination) await(b *batch, p pendingAck) bool {
+	acked := func() bool { // a duplicate ack is a success too
+		b.set(p.i, nil)
+		d.denied.allowed(p.subject)
+		return true
+	}
+	failed := func(err error) bool {
+		b.set(p.i, d.classify(err, p.subject, p.size))
+		return true
+	}
 	for {
 		denied := d.denied.changed()
 		// An acknowledgement that is there already wins over a refusal
 		// of the subject, which may belong to an earlier publish.
 		select {
-		case <-p.f.Ok(): // a duplicate ack is a success too
-			b.set(p.i, nil)
-			d.denied.allowed(p.subject)
-			return true
+		case <-p.f.Ok():
+			return acked()
 		case err := <-p.f.Err():
-			b.set(p.i, d.classify(err, p.subject, p.size))
-			return true
+			return failed(err)
 		default:
 		}
 		if d.denied.since(p.subject, p.sent) {
@@ -449,12 +455,9 @@ func (d *Destination) await(b *batch, p pendingAck) bool {
 		}
 		select {
 		case <-p.f.Ok():
-			b.set(p.i, nil)
-			d.denied.allowed(p.subject)
-			return true
+			return acked()
 		case err := <-p.f.Err():
-			b.set(p.i, d.classify(err, p.subject, p.size))
-			return true
+			return failed(err)
 		case <-denied:
 			// The server refused a publish to some subject. Its PubAck
 			// never comes: without this, the message waited AckTimeout
