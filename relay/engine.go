@@ -642,8 +642,13 @@ func (e *Engine) renewLoop(ctx context.Context, log *slog.Logger, token string, 
 		case <-t.C:
 		}
 		if !time.Now().Before(deadline) {
-			log.Warn("lease not renewed in time: the publish is stopped before the lease expires; its rows go back to pending, or to the relay that reclaims them (same ids)",
-				"token", token, "lease", e.opt.Lease, "unconfirmed_for", time.Since(confirmed).Round(time.Millisecond))
+			if deadline.Equal(hard) {
+				log.Warn("the batch's lock timeout is near: the publish is stopped; its rows stay pending and are delivered again (same ids); raise relay.lockTimeout above the longest publish",
+					"token", token, "rows", rows)
+			} else {
+				log.Warn("lease not renewed in time: the publish is stopped before the lease expires; its rows go back to pending, or to the relay that reclaims them (same ids)",
+					"token", token, "lease", e.opt.Lease, "unconfirmed_for", time.Since(confirmed).Round(time.Millisecond))
+			}
 			lost()
 			return
 		}
