@@ -1,0 +1,125 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/queuebox/queuebox/destination"
+	httpdest "github.com/queuebox/queuebox/destination/http"
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/dialect/postgres"
+	"github.com/queuebox/queuebox/internal/testenv"
+	"github.com/queuebox/queuebox/relay"
+	"github.com/queuebox/queuebox/router"
+)
+
+// unrenewable is a relay's view of a database it cannot reach to renew
+// (a partition between it and PostgreSQL, while other relays reach it):
+// every renewal fails; the other statements go through.
+type unrenewable struct{ dialect.Dialect }
+
+func (unrenewable) Renew(context.Context, dialect.RenewParams) (int64, error) {
+	return 0, errors.New("renew: connection refused (test)")
+}
+
+// TestUnrenewableRelayStopsBeforeAnotherDeliversTheKey: on PostgreSQL and
+// a real HTTP receiver, relay A claims a batch and cannot renew its lease;
+// its publish is slow (the receiver holds the first request 2.5 s, and A
+// sends one request at a time), so the batch's keyed row waits behind it.
+// Relay B reaps the expired lease, delivers the keyed row and the key's
+// next row. A must not deliver its copy of the first row after the second
+// arrived: it stops its publish before its lease expires (and, as it can
+// still release, returns the rows, which either relay then delivers in
+// order). Before, A went on publishing, and the receiver got k's rows in
+// the order r1 (B), r2 (B), r1 (A), found by a review with this scenario.
+func TestUnrenewableRelayStopsBeforeAnotherDeliversTheKey(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	type hit struct{ topic, relay string }
+	var (
+		mu   sync.Mutex
+		hits []hit
+		slow atomic.Bool
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Topic") == "u1" && slow.CompareAndSwap(false, true) {
+			time.Sleep(2500 * time.Millisecond)
+		}
+		mu.Lock()
+		hits = append(hits, hit{r.Header.Get("X-Topic"), r.Header.Get("X-Relay")})
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	// u1 first (no key), then k's two rows.
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('u1', NULL, '{}')`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('r1', 'k', '{}')`)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('r2', 'k', '{}')`)
+	start := func(name string, renews bool, concurrency int) func() {
+		db, err := postgres.New(pg.Pool, dialect.DefaultMapping())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d dialect.Dialect = db
+		if !renews {
+			d = unrenewable{db}
+		}
+		h, err := httpdest.New(ctx, httpdest.Options{Name: "hooks", URL: srv.URL + "/{{ topic }}", Timeout: 10 * time.Second,
+			Concurrency: concurrency, Headers: map[string]string{"X-Relay": name}}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := router.New([]router.RouteSpec{{Pattern: "**", Destination: "hooks"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := relay.New(d, r, map[string]destination.Destination{"hooks": h}, relay.Options{
+			BatchSize: 10, InflightBatches: 1, Lease: 900 * time.Millisecond, ReapInterval: 100 * time.Millisecond,
+			PollInterval: 50 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = e.Run(c); close(done) }()
+		return func() { cancel(); <-done }
+	}
+	stopA := start("A", false, 1)
+	// A claims u1 and r1 (r2 is not k's head yet).
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		var n int
+		_ = pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'processing'`).Scan(&n)
+		return n == 2
+	}, "relay A did not claim u1 and r1")
+	stopB := start("B", true, 8)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		_ = pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'sent'`).Scan(&n)
+		return n == 3
+	}, "the rows were not all sent")
+	time.Sleep(2 * time.Second) // past A's slow request: a late copy would arrive by now
+	stopB()
+	stopA()
+
+	mu.Lock()
+	defer mu.Unlock()
+	r2At := -1
+	for i, h := range hits {
+		if h.topic == "r2" && r2At < 0 {
+			r2At = i
+		}
+		if h.topic == "r1" && r2At >= 0 {
+			t.Fatalf("the receiver got k's r1 (from relay %s) after its r2: %v", h.relay, hits)
+		}
+	}
+	if r2At < 0 {
+		t.Fatalf("r2 never arrived: %v", hits)
+	}
+}
