@@ -294,3 +294,33 @@ func TestBatchDeadlineStopsThePublish(t *testing.T) {
 		t.Errorf("the publish was stopped %v after the claim; want before the batch's end (%v), not before half of it", took, lockTimeout)
 	}
 }
+
+// TestCutPublishKeepsDeferredRowsDelay: when a publish is cut (shutdown,
+// or a lease that could not be kept), a row deferred because its
+// destination was unavailable is retried with its deferral delay and no
+// attempt spent, not released: released, it was due again at once, and the
+// next claim took it to the destination that was down. Rows cut before an
+// outcome are released.
+func TestCutPublishKeepsDeferredRowsDelay(t *testing.T) {
+	db := &renewingDialect{renew: func() (int64, error) { return 1, nil }}
+	e, err := New(leaseMode{db}, toDest{}, map[string]destination.Destination{"d": acceptAll{}},
+		Options{Lease: time.Second, Backoff: Backoff{Base: 300 * time.Millisecond, Max: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferred := &outbox.Message{ID: "deferred", Topic: "t", Attempt: 2, MaxAttempts: 5}
+	cut := &outbox.Message{ID: "cut", Topic: "t", Attempt: 2, MaxAttempts: 5}
+	report, _ := e.settle(e.log, "tok", []outcome{
+		{msg: deferred, dest: "d", err: outbox.Unavailable(errors.New("connection refused")), deferred: true},
+		{msg: cut, dest: "d", err: context.Canceled},
+	}, true)
+	report(true)
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if len(db.retries) != 1 || db.retries[0].ID != "deferred" || db.retries[0].Attempt != 2 || db.retries[0].Delay <= 0 {
+		t.Errorf("retries %+v; want the deferred row retried with a delay and its attempt unchanged", db.retries)
+	}
+	if len(db.released) != 1 || db.released[0] != "cut" {
+		t.Errorf("released %v; want only the row cut before an outcome", db.released)
+	}
+}
