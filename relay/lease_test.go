@@ -40,6 +40,42 @@ func (unrenewable) Renew(context.Context, dialect.RenewParams) (int64, error) {
 // order). Before, A went on publishing, and the receiver got k's rows in
 // the order r1 (B), r2 (B), r1 (A), found by a review with this scenario.
 func TestUnrenewableRelayStopsBeforeAnotherDeliversTheKey(t *testing.T) {
+	orderHeldWhileARelayLosesItsBatch(t, 900*time.Millisecond, 2500*time.Millisecond, func(pg *testenv.PG, stuck bool) dialect.Dialect {
+		db, err := postgres.New(pg.Pool, dialect.DefaultMapping())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stuck {
+			return unrenewable{db}
+		}
+		return db
+	})
+}
+
+// TestLockTimeoutStopsThePublish is the same scenario in lock mode: relay
+// A's batch holds its rows locked, and its lock timeout (1.2 s, under the
+// 3 s lease) rolls the batch back while A still publishes (the receiver
+// holds u1 1.5 s); relay B then claims the rows and delivers the key's two
+// rows. A stops its publish before its lock timeout
+// (dialect.BatchDeadliner). Before, lock mode's renewals reported the
+// batch held until the rollback, A noticed only at its next renewal (a
+// third of the lease later), and sent k's r1 after B's r2.
+func TestLockTimeoutStopsThePublish(t *testing.T) {
+	orderHeldWhileARelayLosesItsBatch(t, 3*time.Second, 1500*time.Millisecond, func(pg *testenv.PG, _ bool) dialect.Dialect {
+		db, err := postgres.NewLockMode(pg.Pool, dialect.DefaultMapping(), 1200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	})
+}
+
+// orderHeldWhileARelayLosesItsBatch runs relay A (dialectFor(pg, true)),
+// one request at a time to a receiver that holds its first request for
+// hold, then relay B (dialectFor(pg, false)), both with lease, and checks
+// that the key's first row never arrives after its second.
+func orderHeldWhileARelayLosesItsBatch(t *testing.T, lease, hold time.Duration, dialectFor func(pg *testenv.PG, stuck bool) dialect.Dialect) {
+	t.Helper()
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 30*time.Second)
 	type hit struct{ topic, relay string }
@@ -50,7 +86,7 @@ func TestUnrenewableRelayStopsBeforeAnotherDeliversTheKey(t *testing.T) {
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Topic") == "u1" && slow.CompareAndSwap(false, true) {
-			time.Sleep(2500 * time.Millisecond)
+			time.Sleep(hold)
 		}
 		mu.Lock()
 		hits = append(hits, hit{r.Header.Get("X-Topic"), r.Header.Get("X-Relay")})
@@ -61,15 +97,8 @@ func TestUnrenewableRelayStopsBeforeAnotherDeliversTheKey(t *testing.T) {
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('u1', NULL, '{}')`)
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('r1', 'k', '{}')`)
 	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('r2', 'k', '{}')`)
-	start := func(name string, renews bool, concurrency int) func() {
-		db, err := postgres.New(pg.Pool, dialect.DefaultMapping())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var d dialect.Dialect = db
-		if !renews {
-			d = unrenewable{db}
-		}
+	start := func(name string, stuck bool, concurrency int) func() {
+		d := dialectFor(pg, stuck)
 		h, err := httpdest.New(ctx, httpdest.Options{Name: "hooks", URL: srv.URL + "/{{ topic }}", Timeout: 10 * time.Second,
 			Concurrency: concurrency, Headers: map[string]string{"X-Relay": name}}, slog.New(slog.DiscardHandler))
 		if err != nil {
@@ -80,7 +109,7 @@ func TestUnrenewableRelayStopsBeforeAnotherDeliversTheKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		e, err := relay.New(d, r, map[string]destination.Destination{"hooks": h}, relay.Options{
-			BatchSize: 10, InflightBatches: 1, Lease: 900 * time.Millisecond, ReapInterval: 100 * time.Millisecond,
+			BatchSize: 10, InflightBatches: 1, Lease: lease, ReapInterval: 100 * time.Millisecond,
 			PollInterval: 50 * time.Millisecond, MaxPollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
@@ -91,20 +120,17 @@ func TestUnrenewableRelayStopsBeforeAnotherDeliversTheKey(t *testing.T) {
 		go func() { _ = e.Run(c); close(done) }()
 		return func() { cancel(); <-done }
 	}
-	stopA := start("A", false, 1)
-	// A claims u1 and r1 (r2 is not k's head yet).
-	testenv.Eventually(t, 5*time.Second, func() bool {
-		var n int
-		_ = pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'processing'`).Scan(&n)
-		return n == 2
-	}, "relay A did not claim u1 and r1")
-	stopB := start("B", true, 8)
+	stopA := start("A", true, 1)
+	// A claims u1 and r1 (r2 is not k's head yet), and the receiver holds
+	// u1.
+	testenv.Eventually(t, 5*time.Second, func() bool { return slow.Load() }, "relay A did not publish u1")
+	stopB := start("B", false, 8)
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		var n int
 		_ = pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'sent'`).Scan(&n)
 		return n == 3
 	}, "the rows were not all sent")
-	time.Sleep(2 * time.Second) // past A's slow request: a late copy would arrive by now
+	time.Sleep(hold) // past A's slow request: a late copy would arrive by now
 	stopB()
 	stopA()
 
