@@ -323,12 +323,13 @@ publish:
 			b.set(i, d.deniedError(subj))
 			continue
 		}
+		waited := time.Now()
 		select {
 		case d.sem <- struct{}{}:
 		case <-ctx.Done():
 			break publish
 		}
-		if d.denied.recent(subj) { // refused while this message waited for its slot
+		if d.denied.since(subj, waited) { // refused while this message waited for its slot
 			<-d.sem
 			b.set(i, d.deniedError(subj))
 			continue
@@ -483,12 +484,13 @@ type denials struct {
 	ackTimeout time.Duration // refusals older than this match no publish in flight
 	mu         sync.Mutex
 	last       map[string]time.Time // subject → the last refusal
+	probe      map[string]time.Time // subject → when a publish went out to ask again
 	wake       chan struct{}        // closed, and replaced, at every refusal
 }
 
 func newDenials(ackTimeout time.Duration) *denials {
 	first := make(chan struct{})
-	return &denials{first: first, ackTimeout: ackTimeout, last: map[string]time.Time{}, wake: first}
+	return &denials{first: first, ackTimeout: ackTimeout, last: map[string]time.Time{}, probe: map[string]time.Time{}, wake: first}
 }
 
 // maxDenied bounds the subjects remembered: a template subject can name
@@ -510,6 +512,7 @@ func (d *denials) add(subject string) {
 		for s, at := range d.last {
 			if now.Sub(at) > d.ackTimeout {
 				delete(d.last, s)
+				delete(d.probe, s)
 			}
 		}
 		for len(d.last) >= maxDenied {
@@ -520,9 +523,11 @@ func (d *denials) add(subject string) {
 				}
 			}
 			delete(d.last, oldest)
+			delete(d.probe, oldest)
 		}
 	}
 	d.last[subject] = now
+	delete(d.probe, subject) // answered: refused again
 	d.any.Store(true)
 	close(d.wake)
 	d.wake = make(chan struct{})
@@ -539,9 +544,9 @@ func (d *denials) changed() <-chan struct{} {
 }
 
 // recent reports whether a publish to subject was refused within
-// AckTimeout. Past that, it lets one publish through to ask the server
-// again, and counts that probe as a refusal until it is answered (an ack
-// clears it: allowed).
+// AckTimeout, or a probe of it is out. Past AckTimeout it lets one publish
+// through to ask the server again (the probe), answered by a refusal
+// (add) or an ack (allowed), or given up after AckTimeout.
 func (d *denials) recent(subject string) bool {
 	if !d.any.Load() {
 		return false
@@ -552,10 +557,14 @@ func (d *denials) recent(subject string) bool {
 	if !ok {
 		return false
 	}
-	if time.Since(at) < d.ackTimeout {
+	now := time.Now()
+	if now.Sub(at) < d.ackTimeout {
 		return true
 	}
-	d.last[subject] = time.Now() // the probe
+	if p, out := d.probe[subject]; out && now.Sub(p) < d.ackTimeout {
+		return true
+	}
+	d.probe[subject] = now
 	return false
 }
 
@@ -567,9 +576,11 @@ func (d *denials) allowed(subject string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.last, subject)
+	delete(d.probe, subject)
 }
 
-// since reports whether a publish to subject was refused at or after t.
+// since reports whether a publish to subject was refused at or after t
+// (a probe is not a refusal).
 func (d *denials) since(subject string, t time.Time) bool {
 	if !d.any.Load() {
 		return false
