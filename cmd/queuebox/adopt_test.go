@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,11 +87,7 @@ routes:
   - topicPattern: "%s.**"
     destination: events
 `, w.pg.URL, strings.TrimRight(database, "\n"), indent(relay), w.natsURL, w.prefix)
-	path := filepath.Join(t.TempDir(), "queuebox.yaml")
-	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeConfig(t, yml)
 }
 
 // messages reads the stream back in order.

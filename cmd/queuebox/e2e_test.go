@@ -133,11 +133,7 @@ routes:
   - topicPattern: "hook.*"
     destination: hooks
 `, w.pg.URL, w.pg.Schema, indent(relay), w.natsURL, w.subject, w.hooks.srv.URL)
-	path := filepath.Join(t.TempDir(), "queuebox.yaml")
-	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeConfig(t, yml)
 }
 
 func indent(s string) string {

@@ -36,11 +36,18 @@ func newOpWorld(t *testing.T, onDead string) *opWorld {
 		"relay:\n  onDead: " + onDead + "\n" +
 		"destinations:\n  hooks:\n    type: http\n    url: http://127.0.0.1:1/hooks/{{ topic }}\n" +
 		"routes:\n  - topicPattern: \"**\"\n    destination: hooks\n"
+	return &opWorld{pool: pg.Pool, config: writeConfig(t, cfg)}
+}
+
+// writeConfig writes cfg to a queuebox.yaml of the test's own and returns
+// its path.
+func writeConfig(t *testing.T, cfg string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "queuebox.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return &opWorld{pool: pg.Pool, config: path}
+	return path
 }
 
 // cli runs queuebox in-process and returns the exit code, stdout and
@@ -342,11 +349,7 @@ func TestMigrateSQLBuildsWhatMigrateBuilds(t *testing.T) {
 		cfg := "database:\n  url: \"" + manual.URL + "\"\n  outboxTable: " + table + "\n" +
 			"destinations:\n  hooks:\n    type: http\n    url: http://127.0.0.1:1/hooks\n" +
 			"routes:\n  - topicPattern: \"**\"\n    destination: hooks\n"
-		path := filepath.Join(t.TempDir(), "queuebox.yaml")
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return &opWorld{pool: manual.Pool, config: path}
+		return &opWorld{pool: manual.Pool, config: writeConfig(t, cfg)}
 	}
 	exists := func(name string) bool {
 		var ok bool
