@@ -31,10 +31,19 @@ func TestDenialsProbeOnceAfterTheWindow(t *testing.T) {
 		t.Fatal("a second publish went out while the probe was unanswered")
 	}
 	d.allowed("s")
+	if d.held.Load() {
+		t.Fatal("with every refusal acknowledged, the checks still take the lock (no fast path)")
+	}
 	if d.recent("s") {
 		t.Fatal("an acknowledged probe did not clear the refusal")
 	}
+	woken := d.changed()
 	d.add("s")
+	select {
+	case <-woken:
+	default:
+		t.Fatal("a refusal did not close the channel of changed")
+	}
 	if !d.recent("s") {
 		t.Fatal("a refusal after the ack is not refused")
 	}

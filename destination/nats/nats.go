@@ -479,19 +479,30 @@ func (d *Destination) deniedError(subject string) error {
 // the first refusal, asking costs an atomic load: it is asked once per
 // message.
 type denials struct {
-	any        atomic.Bool   // a refusal was recorded
-	first      chan struct{} // wake until the first refusal closes it
+	// held is whether last or probe holds anything: while not, every
+	// check answers at once without the lock (the path of every publish on
+	// a connection with nothing refused). Set with the maps, under mu; a
+	// subject acknowledged again clears its entries, and the fast path is
+	// back once none is left.
+	held       atomic.Bool
 	ackTimeout time.Duration // refusals older than this match no publish in flight
 	mu         sync.Mutex
 	last       map[string]time.Time // subject → the last refusal
 	probe      map[string]time.Time // subject → when a publish went out to ask again
-	wake       chan struct{}        // closed, and replaced, at every refusal
+	// wake is closed, and replaced, at every refusal (under mu); read
+	// without the lock by changed.
+	wake atomic.Pointer[chan struct{}]
 }
 
 func newDenials(ackTimeout time.Duration) *denials {
-	first := make(chan struct{})
-	return &denials{first: first, ackTimeout: ackTimeout, last: map[string]time.Time{}, probe: map[string]time.Time{}, wake: first}
+	d := &denials{ackTimeout: ackTimeout, last: map[string]time.Time{}, probe: map[string]time.Time{}}
+	wake := make(chan struct{})
+	d.wake.Store(&wake)
+	return d
 }
+
+// keep records whether the maps hold anything (the caller holds mu).
+func (d *denials) keep() { d.held.Store(len(d.last) > 0 || len(d.probe) > 0) }
 
 // maxDenied bounds the subjects remembered: a template subject can name
 // many, and a refusal matters only to the publishes in flight. Past it,
@@ -528,27 +539,20 @@ func (d *denials) add(subject string) {
 	}
 	d.last[subject] = now
 	delete(d.probe, subject) // answered: refused again
-	d.any.Store(true)
-	close(d.wake)
-	d.wake = make(chan struct{})
+	d.keep()                 // before the wake: a woken waiter sees the refusal
+	next := make(chan struct{})
+	close(*d.wake.Swap(&next))
 }
 
 // changed is closed at the next refusal.
-func (d *denials) changed() <-chan struct{} {
-	if !d.any.Load() {
-		return d.first
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.wake
-}
+func (d *denials) changed() <-chan struct{} { return *d.wake.Load() }
 
 // recent reports whether a publish to subject was refused within
 // AckTimeout, or a probe of it is out. Past AckTimeout it lets one publish
 // through to ask the server again (the probe), answered by a refusal
 // (add) or an ack (allowed), or given up after AckTimeout.
 func (d *denials) recent(subject string) bool {
-	if !d.any.Load() {
+	if !d.held.Load() {
 		return false
 	}
 	d.mu.Lock()
@@ -565,24 +569,26 @@ func (d *denials) recent(subject string) bool {
 		return true
 	}
 	d.probe[subject] = now
+	d.keep()
 	return false
 }
 
 // allowed forgets the refusal of subject, whose publish was acknowledged.
 func (d *denials) allowed(subject string) {
-	if !d.any.Load() {
+	if !d.held.Load() {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.last, subject)
 	delete(d.probe, subject)
+	d.keep()
 }
 
 // since reports whether a publish to subject was refused at or after t
 // (a probe is not a refusal).
 func (d *denials) since(subject string, t time.Time) bool {
-	if !d.any.Load() {
+	if !d.held.Load() {
 		return false
 	}
 	d.mu.Lock()
