@@ -73,7 +73,8 @@ type claimPolicy struct {
 	// nothing while holding the claim turn the worker with the next heads
 	// was waiting for (docs/performance.md, lesson 12). Idle siblings still
 	// poll every MaxPollInterval, and a claim of theirs that finds rows
-	// clears it.
+	// clears it, as does a claim with no batch in flight that comes back
+	// short: the backlog ran out (lesson 30).
 	barren atomic.Bool
 
 	// limit is the size of the next claim (claimLimit): BatchSize, or
@@ -212,8 +213,19 @@ func (c *claimPolicy) claimed(n, limit int, siblings int64) {
 	case limit < c.batch:
 		c.fullRun = 0
 	}
-	if siblings > 0 {
+	switch {
+	case siblings > 0:
 		c.barren.Store(n == 0)
+	case n > 0 && n < limit:
+		// Alone, a claim found some ready rows and fewer than it asked
+		// for: the backlog ran out. Whatever taught barren (every head in
+		// the batch beside it) is over; the next full batch begins a new
+		// backlog, and the siblings should help with it. Without this, a
+		// sibling that a commit notification woke into a claim that found
+		// nothing beside a batch kept the siblings asleep through every
+		// later burst: one batch in flight, the rows committed during a
+		// slow publish waiting for it (docs/performance.md, lesson 30).
+		c.barren.Store(false)
 	}
 }
 

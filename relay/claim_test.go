@@ -46,6 +46,26 @@ func TestClaimLimitFollowsReadyRows(t *testing.T) {
 		t.Fatal("a share that found rows must let full batches wake the siblings again")
 	}
 
+	// Barren again. Alone, a full claim (every head in it, as before) and
+	// an empty one (another relay may hold the heads) change nothing; a
+	// short claim alone is the end of the backlog, and the next full batch
+	// is a new backlog that the siblings should help with.
+	c.claimed(0, 500, 1)
+	c.claimed(500, 500, 0)
+	c.claimed(0, 500, 0)
+	if c.wakeSiblings() {
+		t.Fatal("a full or an empty claim alone must not end barren")
+	}
+	c.claimed(120, 500, 0)
+	if !c.wakeSiblings() {
+		t.Fatal("a short claim alone (the backlog ran out) must let the next full batch wake the siblings")
+	}
+	c.claimed(0, 500, 1)
+	if c.wakeSiblings() {
+		t.Fatal("a barren share after the backlog ended must stop the wakes again")
+	}
+	c.claimed(200, 500, 1)
+
 	// minProbeAfter full shares, then one whole batch on probation.
 	for i := range minProbeAfter {
 		want("full shares", 500)
