@@ -17,6 +17,12 @@ func TestClaimLimitFollowsReadyRows(t *testing.T) {
 			t.Fatalf("%s: claim limit %d, want %d", step, got, limit)
 		}
 	}
+	wakes := func(step string, want bool) {
+		t.Helper()
+		if got := c.wakeSiblings(); got != want {
+			t.Fatalf("%s: a full batch wakes the siblings: %v, want %v", step, got, want)
+		}
+	}
 	want("new", 1000)
 
 	// Alone, a short claim is the end of the backlog, not a sign of few
@@ -31,20 +37,14 @@ func TestClaimLimitFollowsReadyRows(t *testing.T) {
 	// the batch in flight took every ready row. Split.
 	c.claimed(0, 1000, 1)
 	want("barren claim beside a batch", 500)
-	if !c.wakeSiblings() {
-		t.Fatal("after a split the next full share must wake the siblings to take the rest")
-	}
+	wakes("after a split (the next full share takes the rest)", true)
 	// A share that finds nothing beside a batch: fewer ready rows than a
 	// share; the siblings are no longer woken.
 	c.claimed(0, 500, 1)
 	want("barren share", 500)
-	if c.wakeSiblings() {
-		t.Fatal("a barren share must stop full batches from waking the siblings")
-	}
+	wakes("barren share", false)
 	c.claimed(200, 500, 1)
-	if !c.wakeSiblings() {
-		t.Fatal("a share that found rows must let full batches wake the siblings again")
-	}
+	wakes("a share beside a batch found rows", true)
 
 	// Barren again. Alone, a full claim (every head in it, as before) and
 	// an empty one (another relay may hold the heads) change nothing; a
@@ -53,17 +53,11 @@ func TestClaimLimitFollowsReadyRows(t *testing.T) {
 	c.claimed(0, 500, 1)
 	c.claimed(500, 500, 0)
 	c.claimed(0, 500, 0)
-	if c.wakeSiblings() {
-		t.Fatal("a full or an empty claim alone must not end barren")
-	}
+	wakes("barren, then a full and an empty claim alone", false)
 	c.claimed(120, 500, 0)
-	if !c.wakeSiblings() {
-		t.Fatal("a short claim alone (the backlog ran out) must let the next full batch wake the siblings")
-	}
+	wakes("a short claim alone (the backlog ran out)", true)
 	c.claimed(0, 500, 1)
-	if c.wakeSiblings() {
-		t.Fatal("a barren share after the backlog ended must stop the wakes again")
-	}
+	wakes("a barren share after the backlog ended", false)
 	c.claimed(200, 500, 1)
 
 	// minProbeAfter full shares, then one whole batch on probation.
