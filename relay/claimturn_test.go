@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -276,4 +277,129 @@ func TestClaimsSplitFewKeys(t *testing.T) {
 		t.Errorf("%d claims found nothing over %d batches", barren, batches)
 	}
 	t.Logf("%d batches, %d barren and %d partial claims, up to %d published at once", batches, barren, partial, dest.pubs.max.Load())
+}
+
+// burstDialect serves a script: each claim takes up to its limit of the
+// pending rows (unkeyed), and after claim i the pending rows become
+// refill[i] when the script has an entry for it. It records, for each
+// claim, what it found and how many batches were open (claimed, not yet
+// completed) when it ran. No database: only the methods the engine calls on
+// this path.
+type burstDialect struct {
+	dialect.Dialect // nil; calling anything else panics the test
+	mu              sync.Mutex
+	pending         int
+	refill          map[int]int
+	open            map[string]bool
+	seq             int64
+	found, beside   []int // per claim: rows found, batches open meanwhile
+}
+
+func (d *burstDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	if p.Window == 0 {
+		// The unbounded claim after an empty window: the window here
+		// holds every row, so it finds nothing either. Not part of the
+		// script.
+		return nil, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := min(d.pending, p.Limit)
+	d.pending -= n
+	d.found, d.beside = append(d.found, n), append(d.beside, len(d.open))
+	if r, ok := d.refill[len(d.found)]; ok {
+		d.pending = r
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	d.open[p.Token] = true
+	msgs := make([]outbox.Message, n)
+	for i := range msgs {
+		d.seq++
+		msgs[i] = outbox.Message{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", d.seq), Topic: "burst",
+			Payload: []byte(`{}`), Sequence: d.seq, MaxAttempts: 5}
+	}
+	return msgs, nil
+}
+
+func (d *burstDialect) Complete(_ context.Context, p dialect.CompleteParams) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.open, p.Token)
+	return int64(len(p.IDs)), nil
+}
+
+func (d *burstDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
+	return 0, nil
+}
+
+func (d *burstDialect) claims() (found, beside []int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.found), slices.Clone(d.beside)
+}
+
+// TestBurstAfterABarrenWakeGetsTheSibling: a commit notification wakes both
+// workers, and the one that claims second, beside the other's batch, finds
+// nothing (barren). The other worker then goes on alone with the rows that
+// trickle in, and a burst follows. The burst's first full batch must wake
+// the sibling (once it is delivered, as every full batch does), which no
+// poll would wake for seconds, so that the rest of the burst goes out in two
+// batches side by side: a trickle that came back short ended the barren
+// spell. Before, the sibling slept through the burst and one worker drained
+// it batch after batch (docs/performance.md, lesson 30).
+func TestBurstAfterABarrenWakeGetsTheSibling(t *testing.T) {
+	// Claim numbers (1-based) and what follows them:
+	//  1, 2:   both workers at start, nothing pending; both sleep.
+	//  3, 4:   the first wake: 4 rows; the claim beside finds nothing and
+	//          the claims are split into shares of 5.
+	//  5:      the first worker, alone after its batch: nothing; both
+	//          sleep.
+	//  6, 7:   the second wake: 4 rows; the share beside finds nothing:
+	//          barren. That worker sleeps its 10 s poll interval.
+	//  8:      the first worker, alone: 3 rows (the trickle, short).
+	//  9:      alone again: 5 of 15 rows, a full share, which must wake the
+	//          sibling once delivered.
+	//  10, 11: the two workers, 5 rows each, side by side.
+	db := &burstDialect{open: map[string]bool{}, refill: map[int]int{5: 4, 7: 3, 8: 15}}
+	wake := make(chan struct{}, 1)
+	e, _ := newSlowEngine(t, db, relay.Options{BatchSize: 10, InflightBatches: 2,
+		PollInterval: 10 * time.Second, MaxPollInterval: 10 * time.Second, Wake: wake})
+	runEngine(t, e)
+
+	waitClaims := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			found, _ := db.claims()
+			if len(found) >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d claims, want %d: %v", len(found), n, found)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitClaims(2)
+	db.mu.Lock()
+	db.pending = 4
+	db.mu.Unlock()
+	wake <- struct{}{}
+	waitClaims(5)
+	time.Sleep(20 * time.Millisecond) // both asleep again
+	wake <- struct{}{}
+	waitClaims(11)
+
+	found, beside := db.claims()
+	if want := []int{0, 0, 4, 0, 0, 4, 0, 3, 5, 5, 5}; !slices.Equal(found[:11], want) {
+		t.Fatalf("claims found %v, want %v", found[:11], want)
+	}
+	if beside[6] != 1 {
+		t.Fatalf("claim 7 ran beside %d batches, want 1 (the barren claim)", beside[6])
+	}
+	if beside[10] != 1 {
+		t.Fatalf("claims found %v beside %v batches: the last two of the burst were not published side by side (the sibling slept)", found, beside)
+	}
 }
