@@ -363,21 +363,12 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, poll bool) (n i
 	siblings, limit := e.policy.inflight.Load(), e.policy.claimLimit()
 	msgs, err := e.claim(claimCtx, token, limit, poll)
 	cancel()
-	if err == nil {
-		// Before the turn is given back: the next claim of this engine may
-		// start the moment it is free, and must see what this one taught
-		// (the limit, barren) and count its batch in flight beside it
-		// (siblings, fullScanDue). After the turn, a claim that followed at
-		// once could miss both.
-		e.policy.claimed(len(msgs), limit, siblings)
-		if len(msgs) > 0 {
-			e.policy.inflight.Add(1)
-			defer e.policy.inflight.Add(-1)
-		}
-	}
 	e.policy.releaseTurn()
 	if errors.Is(err, dialect.ErrClaimTurnBusy) {
 		return 0, false, 0, nil // a skipped poll: it ran nothing and teaches nothing
+	}
+	if err == nil {
+		e.policy.claimed(len(msgs), limit, siblings)
 	}
 	e.obs.Claimed(len(msgs), limit, time.Since(start), err)
 	if err != nil {
@@ -386,6 +377,8 @@ func (e *Engine) runBatch(ctx context.Context, log *slog.Logger, poll bool) (n i
 	if len(msgs) == 0 {
 		return 0, false, 0, nil
 	}
+	e.policy.inflight.Add(1)
+	defer e.policy.inflight.Add(-1)
 	pause = e.deliver(ctx, log, token, msgs, start)
 	return len(msgs), len(msgs) >= limit, pause, nil
 }
