@@ -479,11 +479,11 @@ func (d *Destination) deniedError(subject string) error {
 // the first refusal, asking costs an atomic load: it is asked once per
 // message.
 type denials struct {
-	// held is whether last or probe holds anything: while not, every
-	// check answers at once without the lock (the path of every publish on
-	// a connection with nothing refused). Set with the maps, under mu; a
-	// subject acknowledged again clears its entries, and the fast path is
-	// back once none is left.
+	// held is whether last holds anything (probe only ever holds
+	// subjects of last): while not, every check answers at once without
+	// the lock (the path of every publish on a connection with nothing
+	// refused). Set with the map, under mu; a subject acknowledged again
+	// clears its entries, and the fast path is back once none is left.
 	held       atomic.Bool
 	ackTimeout time.Duration // refusals older than this match no publish in flight
 	mu         sync.Mutex
@@ -501,8 +501,8 @@ func newDenials(ackTimeout time.Duration) *denials {
 	return d
 }
 
-// keep records whether the maps hold anything (the caller holds mu).
-func (d *denials) keep() { d.held.Store(len(d.last) > 0 || len(d.probe) > 0) }
+// keep records whether last holds anything (the caller holds mu).
+func (d *denials) keep() { d.held.Store(len(d.last) > 0) }
 
 // maxDenied bounds the subjects remembered: a template subject can name
 // many, and a refusal matters only to the publishes in flight. Past it,
@@ -568,8 +568,7 @@ func (d *denials) recent(subject string) bool {
 	if p, out := d.probe[subject]; out && now.Sub(p) < d.ackTimeout {
 		return true
 	}
-	d.probe[subject] = now
-	d.keep()
+	d.probe[subject] = now // subject is in last: held stays set
 	return false
 }
 
