@@ -43,8 +43,8 @@ func openPostgres(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error
 }
 
 // openPostgresFor is openPostgres; forRelay applies the settings of the
-// relay's own connections (database.synchronousCommit, and a plan for each
-// execution: postgres.PlanEachExecution).
+// relay's own connections (database.synchronousCommit, a plan for each
+// execution: postgres.PlanEachExecution, and no JIT: postgres.NoJIT).
 func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*pgxpool.Pool, error) {
 	if scheme, _, ok := strings.Cut(cfg.Database.URL, "://"); ok && scheme != "postgres" && scheme != "postgresql" && !strings.ContainsAny(scheme, " =") {
 		return nil, fmt.Errorf("database.url is a %s:// URL; database.type postgresql needs postgres://user@host:5432/dbname (or a key=value connection string)", scheme)
@@ -70,8 +70,10 @@ func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*p
 	}
 	if forRelay {
 		// Plans made for the table as it is at each execution, not kept
-		// from when it was empty (postgres.PlanEachExecution).
+		// from when it was empty (postgres.PlanEachExecution); and none
+		// compiled at each execution (postgres.NoJIT).
 		postgres.PlanEachExecution(pc.ConnConfig)
+		postgres.NoJIT(pc.ConnConfig)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -11,9 +11,9 @@ import (
 )
 
 // TestRelayConnectionSettings: `run` opens its pool with
-// database.synchronousCommit (off by default) and a plan for each execution
-// (postgres.PlanEachExecution); the operator commands keep the server's
-// settings.
+// database.synchronousCommit (off by default), a plan for each execution
+// (postgres.PlanEachExecution) and no JIT (postgres.NoJIT); the operator
+// commands keep the server's settings.
 func TestRelayConnectionSettings(t *testing.T) {
 	ctx, cfg, _ := dbTestConfig(t)
 	show := func(forRelay bool, setting string) string {
@@ -39,6 +39,29 @@ func TestRelayConnectionSettings(t *testing.T) {
 	}
 	if got := show(false, "plan_cache_mode"); got != "auto" {
 		t.Fatalf("operator connection: plan_cache_mode = %q, want the server's auto", got)
+	}
+	if got := show(true, "jit"); got != "off" {
+		t.Fatalf("relay connection: jit = %q, want off", got)
+	}
+	// The operator's connection sends no jit of its own: the server's
+	// setting (from its default or its configuration) applies.
+	source := func(forRelay bool) string {
+		pool, err := openPostgresFor(ctx, cfg, forRelay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		var v string
+		if err := pool.QueryRow(ctx, "SELECT source FROM pg_settings WHERE name = 'jit'").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if got := source(true); got != "client" {
+		t.Fatalf("relay connection: jit comes from %q, want client", got)
+	}
+	if got := source(false); got == "client" {
+		t.Fatal("operator connection: jit was sent by the client, want the server's")
 	}
 	cfg.Database.SynchronousCommit = "on"
 	if got := show(true, "synchronous_commit"); got != "on" {

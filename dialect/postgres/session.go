@@ -28,33 +28,52 @@ import (
 // execution is planned for the table as it is; the price is the planning,
 // about 0.3 ms per claim and 0.08 ms per completion.
 func PlanEachExecution(cc *pgx.ConnConfig) {
+	setUnlessChosen(cc, "plan_cache_mode", "force_custom_plan")
+}
+
+// NoJIT sets PostgreSQL's jit = off on the connections made with cc, unless
+// cc already sets jit (in its runtime parameters or its options). The relay
+// opens its pool with it (docs/performance.md, lesson 32). PostgreSQL
+// compiles a statement whose estimated cost is above jit_above_cost
+// (100,000 by default) at every execution, and keeps nothing of it for the
+// next: a claim of 10,000 keyed rows is estimated at about 185,000, so with
+// JIT on each such claim compiled 40 functions first and took 250 ms
+// instead of 200. The relay's statements are short and run again and
+// again, which is the case JIT does not pay for; the estimates grow with the
+// batch size, so smaller claims stay under the threshold either way.
+func NoJIT(cc *pgx.ConnConfig) { setUnlessChosen(cc, "jit", "off") }
+
+// setUnlessChosen sets the startup parameter name to value unless cc
+// already chooses a value for it.
+func setUnlessChosen(cc *pgx.ConnConfig, name, value string) {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
 	}
-	if _, chosen := chosenPlanCacheMode(cc); chosen {
+	if _, chosen := chosenSetting(cc, name); chosen {
 		return
 	}
-	cc.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	cc.RuntimeParams[name] = value
 }
 
 // PlanCacheNote returns a note for `check` and the start log when the
 // connection settings choose a plan_cache_mode other than the one
 // PlanEachExecution would set, and "" otherwise.
 func PlanCacheNote(cc *pgx.ConnConfig) string {
-	mode, chosen := chosenPlanCacheMode(cc)
+	mode, chosen := chosenSetting(cc, "plan_cache_mode")
 	if !chosen || mode == "force_custom_plan" {
 		return ""
 	}
 	return fmt.Sprintf("the connection settings (database.url or PGOPTIONS) set plan_cache_mode = %s, and the relay keeps it: a plan PostgreSQL made while the table was empty may then be kept after it fills, and a claim on a large backlog can take seconds to minutes (docs/performance.md, lesson 21); leave plan_cache_mode out to have every execution planned", mode)
 }
 
-// chosenPlanCacheMode reports whether cc sets plan_cache_mode, and to what,
-// the way the server reads it: a startup parameter of that name (any case)
-// outranks options, where the last of -c name=value, -cname=value and
-// --name=value wins, with dashes in the name read as underscores.
-func chosenPlanCacheMode(cc *pgx.ConnConfig) (mode string, chosen bool) {
+// chosenSetting reports whether cc sets the setting name (lower case, with
+// underscores), and to what, the way the server reads it: a startup
+// parameter of that name (any case) outranks options, where the last of -c
+// name=value, -cname=value and --name=value wins, with dashes in the name
+// read as underscores.
+func chosenSetting(cc *pgx.ConnConfig, name string) (value string, chosen bool) {
 	for k, v := range cc.RuntimeParams {
-		if normalizeSetting(k) == "plan_cache_mode" {
+		if normalizeSetting(k) == name {
 			return strings.ToLower(v), true
 		}
 	}
@@ -72,11 +91,11 @@ func chosenPlanCacheMode(cc *pgx.ConnConfig) (mode string, chosen bool) {
 		default:
 			continue
 		}
-		if name, value, ok := strings.Cut(f, "="); ok && normalizeSetting(name) == "plan_cache_mode" {
-			mode, chosen = strings.ToLower(value), true
+		if k, v, ok := strings.Cut(f, "="); ok && normalizeSetting(k) == name {
+			value, chosen = strings.ToLower(v), true
 		}
 	}
-	return mode, chosen
+	return value, chosen
 }
 
 func normalizeSetting(s string) string {

@@ -214,3 +214,25 @@ func TestRelayClaimsRunNoGenericPlan(t *testing.T) {
 		t.Errorf("the lease claim made %d custom plans, want one per execution (8)", custom)
 	}
 }
+
+// TestNoJITKeepsTheOperatorsChoice: jit = off unless the connection string
+// sets jit, as a parameter or in options.
+func TestNoJITKeepsTheOperatorsChoice(t *testing.T) {
+	for url, want := range map[string]string{
+		"postgres://u@h/db":                                     "off",
+		"postgres://u@h/db?jit=on":                              "on",
+		"postgres://u@h/db?JIT=on":                              "",
+		"postgres://u@h/db?options=-c%20jit%3Don":               "",
+		"postgres://u@h/db?options=-c%20work_mem%3D8MB":         "off",
+		"postgres://u@h/db?options=-c%20application_name%3Djit": "off",
+	} {
+		cc, err := pgx.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		NoJIT(cc)
+		if got := cc.RuntimeParams["jit"]; got != want {
+			t.Errorf("%s: runtime parameter jit = %q, want %q (%v)", url, got, want, cc.RuntimeParams)
+		}
+	}
+}
