@@ -122,19 +122,18 @@ func (a *armer) arm(ctx context.Context) (fresh, watched bool, err error) {
 func (a *armer) askLocked(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, armIOTimeout)
 	defer cancel()
-	if a.conn == nil {
-		cfg := a.cfg.Copy()
-		// The request may wait as long as a producer's transaction lasts.
-		cfg.RuntimeParams["lock_timeout"] = "0"
-		cfg.RuntimeParams["statement_timeout"] = "0"
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return false, interpretError("notify_arm", err)
-		}
-		a.conn = conn
+	reused := a.conn != nil
+	state, err := a.queryLocked(ctx)
+	if err != nil && reused && a.conn.IsClosed() {
+		// The connection is kept between armings, and one that died while
+		// it held nothing (a database restart, a cut network) is noticed
+		// by nobody until it is used here. Once on a new one: failing,
+		// the worker would poll until its next idle spell, as much as
+		// MaxPollInterval with the wake relied on.
+		a.closeLocked()
+		state, err = a.queryLocked(ctx)
 	}
-	var state string
-	if err := a.conn.QueryRow(ctx, armSQL, NotifyLockClass, a.channel).Scan(&state); err != nil {
+	if err != nil {
 		a.closeLocked()
 		return false, interpretError("notify_arm", err)
 	}
@@ -154,6 +153,25 @@ func (a *armer) askLocked(ctx context.Context) (bool, error) {
 	a.waits.Add(1)
 	go a.await(a.conn)
 	return true, nil
+}
+
+// queryLocked runs armSQL on the arming connection, connecting first when
+// there is none.
+func (a *armer) queryLocked(ctx context.Context) (string, error) {
+	if a.conn == nil {
+		cfg := a.cfg.Copy()
+		// The request may wait as long as a producer's transaction lasts.
+		cfg.RuntimeParams["lock_timeout"] = "0"
+		cfg.RuntimeParams["statement_timeout"] = "0"
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return "", err
+		}
+		a.conn = conn
+	}
+	var state string
+	err := a.conn.QueryRow(ctx, armSQL, NotifyLockClass, a.channel).Scan(&state)
+	return state, err
 }
 
 // await waits for the lock on conn, which it owns until it returns, and

@@ -338,6 +338,50 @@ func TestArmSurvivesALostConnection(t *testing.T) {
 	r.signalled(l, "insert after arming again")
 }
 
+// TestArmReconnectsAStaleConnection: the arming connection is kept between
+// armings; one that died while nothing held the lock on it (a database
+// restart, a cut network) is noticed by no one until the next Arm, which
+// must arm on a new connection rather than fail: a worker that fails to
+// arm polls until its next idle spell, 30 s later in a relay that relies
+// on the wake (TestFaultWakeAfterDatabaseCut failed so).
+func TestArmReconnectsAStaleConnection(t *testing.T) {
+	r := newNotifyRig(t)
+	l := r.listen(50 * time.Millisecond)
+	if !r.arm(l) {
+		t.Fatal("did not arm")
+	}
+	r.insert()
+	r.signalled(l, "insert while armed")
+	r.waitUnlocked() // disarmed: the connection stays, holding nothing
+	l.arm.mu.Lock()
+	conn := l.arm.conn
+	l.arm.mu.Unlock()
+	if conn == nil {
+		t.Fatal("the arming connection was not kept after the disarm")
+	}
+	pid := conn.PgConn().PID()
+	r.terminate(pid)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		if err := r.d.pool.QueryRow(r.ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	}, "the terminated arming session is still there")
+	fresh, watched, err := l.Arm(r.ctx)
+	if err != nil {
+		t.Fatalf("Arm on a stale arming connection: %v", err)
+	}
+	if !fresh || !watched {
+		t.Fatalf("Arm on a stale arming connection: fresh %v, watched %v; want a fresh arming", fresh, watched)
+	}
+	if held, _ := r.lock(); held != 1 {
+		t.Fatalf("the notify lock is held %d times after arming again, want 1", held)
+	}
+	r.insert()
+	r.signalled(l, "insert after arming on a new connection")
+}
+
 // TestNoArmingWithoutListen: while the LISTEN connection is down nobody
 // hears a notification, so a held lock is handed over and nothing arms.
 func TestNoArmingWithoutListen(t *testing.T) {
