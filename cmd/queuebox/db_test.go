@@ -16,18 +16,19 @@ import (
 // commands keep the server's settings.
 func TestRelayConnectionSettings(t *testing.T) {
 	ctx, cfg, _ := dbTestConfig(t)
-	show := func(forRelay bool, setting string) string {
+	query := func(forRelay bool, sql string) string {
 		pool, err := openPostgresFor(ctx, cfg, forRelay)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer pool.Close()
 		var v string
-		if err := pool.QueryRow(ctx, "SHOW "+setting).Scan(&v); err != nil {
+		if err := pool.QueryRow(ctx, sql).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
+	show := func(forRelay bool, setting string) string { return query(forRelay, "SHOW "+setting) }
 	if got := show(true, "synchronous_commit"); got != "off" {
 		t.Fatalf("relay connection: synchronous_commit = %q, want the default off", got)
 	}
@@ -46,16 +47,7 @@ func TestRelayConnectionSettings(t *testing.T) {
 	// The operator's connection sends no jit of its own: the server's
 	// setting (from its default or its configuration) applies.
 	source := func(forRelay bool) string {
-		pool, err := openPostgresFor(ctx, cfg, forRelay)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pool.Close()
-		var v string
-		if err := pool.QueryRow(ctx, "SELECT source FROM pg_settings WHERE name = 'jit'").Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
+		return query(forRelay, "SELECT source FROM pg_settings WHERE name = 'jit'")
 	}
 	if got := source(true); got != "client" {
 		t.Fatalf("relay connection: jit comes from %q, want client", got)
