@@ -123,12 +123,27 @@ func TestClaimsTakeTurns(t *testing.T) {
 	}
 }
 
+// scriptDialect is the base of the scripted dialects below: no database,
+// only the methods the engine calls on the claim path; calling anything
+// else panics the test (the embedded Dialect is nil). Nothing expires.
+type scriptDialect struct{ dialect.Dialect }
+
+func (scriptDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
+	return 0, nil
+}
+
+// scriptMessage is row seq of a scripted dialect.
+func scriptMessage(seq int64, topic, key string) outbox.Message {
+	return outbox.Message{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", seq), Topic: topic,
+		Key: key, Payload: []byte(`{}`), Sequence: seq, MaxAttempts: 5}
+}
+
 // headsDialect models a keyed table with fewer ready keys than a batch:
 // a claim takes every head, so no claim finds anything until that batch is
 // completed. It counts the claims that found nothing beside a batch in
-// flight. No database: only the methods the engine calls on this path.
+// flight.
 type headsDialect struct {
-	dialect.Dialect // nil; calling anything else panics the test
+	scriptDialect
 	mu              sync.Mutex
 	open            string // token of the batch holding every head
 	seq             int64
@@ -147,8 +162,7 @@ func (d *headsDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox
 	msgs := make([]outbox.Message, p.Limit)
 	for i := range msgs {
 		d.seq++
-		msgs[i] = outbox.Message{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", d.seq), Topic: "heads",
-			Key: fmt.Sprintf("k%d", i), Payload: []byte(`{}`), Sequence: d.seq, MaxAttempts: 5}
+		msgs[i] = scriptMessage(d.seq, "heads", fmt.Sprintf("k%d", i))
 	}
 	return msgs, nil
 }
@@ -160,10 +174,6 @@ func (d *headsDialect) Complete(_ context.Context, p dialect.CompleteParams) (in
 		d.open = ""
 	}
 	return int64(len(p.IDs)), nil
-}
-
-func (d *headsDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
-	return 0, nil
 }
 
 // TestNoWakeForBarrenSiblings: when every ready head is in the batch just
@@ -194,10 +204,9 @@ func TestNoWakeForBarrenSiblings(t *testing.T) {
 
 // keysDialect models a keyed table with deep backlogs: keys keys, each
 // always with a next row, and a key is ready when no batch holds it. A claim
-// takes up to Limit ready keys. No database: only the methods the engine
-// calls on this path.
+// takes up to Limit ready keys.
 type keysDialect struct {
-	dialect.Dialect // nil; calling anything else panics the test
+	scriptDialect
 	keys            int
 	mu              sync.Mutex
 	held            map[string][]int // token -> keys it holds
@@ -218,8 +227,7 @@ func (d *keysDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox.
 		d.busy[k] = true
 		d.held[p.Token] = append(d.held[p.Token], k)
 		d.seq++
-		msgs = append(msgs, outbox.Message{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", d.seq), Topic: "keys",
-			Key: fmt.Sprintf("k%d", k), Payload: []byte(`{}`), Sequence: d.seq, MaxAttempts: 5})
+		msgs = append(msgs, scriptMessage(d.seq, "keys", fmt.Sprintf("k%d", k)))
 	}
 	switch {
 	case len(msgs) == 0:
@@ -241,10 +249,6 @@ func (d *keysDialect) Complete(_ context.Context, p dialect.CompleteParams) (int
 	}
 	delete(d.held, p.Token)
 	return int64(len(p.IDs)), nil
-}
-
-func (d *keysDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
-	return 0, nil
 }
 
 // TestClaimsSplitFewKeys: with exactly as many ready keys as a batch (1,000
@@ -283,16 +287,15 @@ func TestClaimsSplitFewKeys(t *testing.T) {
 // pending rows (unkeyed), and after claim i the pending rows become
 // refill[i] when the script has an entry for it. It records, for each
 // claim, what it found and how many batches were open (claimed, not yet
-// completed) when it ran. No database: only the methods the engine calls on
-// this path.
+// completed) when it ran.
 type burstDialect struct {
-	dialect.Dialect // nil; calling anything else panics the test
-	mu              sync.Mutex
-	pending         int
-	refill          map[int]int
-	open            map[string]bool
-	seq             int64
-	found, beside   []int // per claim: rows found, batches open meanwhile
+	scriptDialect
+	mu            sync.Mutex
+	pending       int
+	refill        map[int]int
+	open          map[string]bool
+	seq           int64
+	found, beside []int // per claim: rows found, batches open meanwhile
 }
 
 func (d *burstDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
@@ -317,8 +320,7 @@ func (d *burstDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox
 	msgs := make([]outbox.Message, n)
 	for i := range msgs {
 		d.seq++
-		msgs[i] = outbox.Message{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", d.seq), Topic: "burst",
-			Payload: []byte(`{}`), Sequence: d.seq, MaxAttempts: 5}
+		msgs[i] = scriptMessage(d.seq, "burst", "")
 	}
 	return msgs, nil
 }
@@ -328,10 +330,6 @@ func (d *burstDialect) Complete(_ context.Context, p dialect.CompleteParams) (in
 	defer d.mu.Unlock()
 	delete(d.open, p.Token)
 	return int64(len(p.IDs)), nil
-}
-
-func (d *burstDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
-	return 0, nil
 }
 
 func (d *burstDialect) claims() (found, beside []int) {
@@ -370,17 +368,10 @@ func TestBurstAfterABarrenWakeGetsTheSibling(t *testing.T) {
 
 	waitClaims := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testenv.Eventually(t, 5*time.Second, func() bool {
 			found, _ := db.claims()
-			if len(found) >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d claims, want %d: %v", len(found), n, found)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return len(found) >= n
+		}, "fewer than %d claims", n)
 	}
 	waitClaims(2)
 	db.mu.Lock()
