@@ -149,6 +149,10 @@ type Drain struct {
 	Relay       []RelayRun `json:"relay"`
 	BareErr     string     `json:"bareError,omitempty"`
 	Warnings    []string   `json:"warnings,omitempty"`
+
+	// BareSwitches is the machine's context switches per row during the
+	// median bare loop (RelayRun.SwitchesPerRow).
+	BareSwitches float64 `json:"bareContextSwitchesPerRow"`
 }
 
 // RelayRun is the relay with Replicas processes on one case.
@@ -175,6 +179,11 @@ type RelayRun struct {
 	// counted). Below the batch size, claims came back with part of a batch.
 	// Lease mode only: lock mode writes no claim token.
 	RowsPerClaim float64 `json:"rowsPerClaim,omitempty"`
+	// SwitchesPerRow is the machine's context switches (every process's)
+	// per row during the drain: the sleeps and wake-ups of the relay, the
+	// database and the broker, which a kernel with page-table isolation
+	// makes dear (docs/benchmarks.md, "Machine").
+	SwitchesPerRow float64 `json:"contextSwitchesPerRow"`
 }
 
 // Latency is commit-to-ack at a fixed offered load.
@@ -352,6 +361,7 @@ func topicFor() string { return "qbb." + randomHex(6) }
 type bareRun struct {
 	rowsPerSec, dbPer10k, steal float64
 	hostPer10k, busy            float64
+	switches                    float64 // per row
 }
 
 func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool) (bareRun, error) {
@@ -414,7 +424,8 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 		return bareRun{}, fmt.Errorf("bare loop sent %d of %d rows", n, o.Rows)
 	}
 	return bareRun{rowsPerSec: float64(n) / elapsed.Seconds(), dbPer10k: c.db.Seconds() / float64(n) * 10_000,
-		steal: c.steal, hostPer10k: c.host.Seconds() / float64(n) * 10_000, busy: c.busy}, nil
+		steal: c.steal, hostPer10k: c.host.Seconds() / float64(n) * 10_000, busy: c.busy,
+		switches: float64(c.switches) / float64(n)}, nil
 }
 
 // runDrain runs one case o.Runs times — the bare loop, then the relay at
@@ -439,7 +450,7 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 		}
 		bare := br.rowsPerSec
 		bares = append(bares, br)
-		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%", bare, br.dbPer10k, br.hostPer10k, br.busy, br.steal)
+		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  cs %.1f/row", bare, br.dbPer10k, br.hostPer10k, br.busy, br.steal, br.switches)
 		for i, n := range o.Replicas {
 			rr := runRelay(ctx, w, o, tmp, dest, keyed, n, profileSpec{
 				path: profilePath(o.ProfileDir, name, n), seconds: profileSeconds(o.Rows, bare)}, round == 1)
@@ -451,8 +462,8 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 				if rr.RowsPerClaim > 0 {
 					perClaim = fmt.Sprintf("  %.1f rows/claim", rr.RowsPerClaim)
 				}
-				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
-					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.HostCPUPer10k, rr.HostBusyPct, rr.StealPct, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
+				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  cs %.1f/row  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
+					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.HostCPUPer10k, rr.HostBusyPct, rr.StealPct, rr.SwitchesPerRow, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
 				if steal := max(rr.StealPct, br.steal); steal > stealWarnPercent {
 					d.Warnings = append(d.Warnings, fmt.Sprintf("round %d, relay ×%d: CPU steal %.0f%% (bare loop %.0f%%): the hypervisor took that share of the CPUs; read this ratio with care",
 						round, n, rr.StealPct, br.steal))
@@ -464,7 +475,7 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 	if len(bares) > 0 {
 		m := slices.SortedFunc(slices.Values(bares), func(a, b bareRun) int { return cmp.Compare(a.rowsPerSec, b.rowsPerSec) })[len(bares)/2]
 		d.Bare, d.BareDB, d.BareSteal = m.rowsPerSec, median(dbPer10k(bares)), m.steal
-		d.BareHostCPU, d.BareBusy = m.hostPer10k, m.busy
+		d.BareHostCPU, d.BareBusy, d.BareSwitches = m.hostPer10k, m.busy, m.switches
 	}
 	for i, n := range o.Replicas {
 		m := medianRun(runs[i], n)
@@ -608,6 +619,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	after := procAll(reps)
 	c := meter.stop()
 	rr.StealPct, rr.HostBusyPct = c.steal, c.busy
+	rr.SwitchesPerRow = float64(c.switches) / float64(o.Rows)
 	rr.DBCPUPer10k = c.db.Seconds() / float64(o.Rows) * 10_000
 	rr.HostCPUPer10k = c.host.Seconds() / float64(o.Rows) * 10_000
 	rr.DrainSeconds = doneAt.Sub(start).Seconds()

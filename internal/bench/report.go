@@ -22,7 +22,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s, PostgreSQL %s, NATS %s; elapsed %s\n\n", m.CPUs, m.CPU, m.GOOS, m.Go, m.PostgreSQL, m.NATS, r.Elapsed)
 	if len(r.Drains) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "case\tbare rows/s\tbare DB CPU s/10k\treplicas\trelay rows/s\trelay ÷ bare\t(min–max)\tCPU s/10k rows\tDB CPU s/10k\thost CPU s/10k bare/relay\thost busy % bare/relay\tsteal % bare/relay\tpeak RSS MiB\tidle q/s/replica\tidle CPU %/replica\t")
+		fmt.Fprintln(tw, "case\tbare rows/s\tbare DB CPU s/10k\treplicas\trelay rows/s\trelay ÷ bare\t(min–max)\tCPU s/10k rows\tDB CPU s/10k\thost CPU s/10k bare/relay\thost busy % bare/relay\tsteal % bare/relay\tcontext switches/row bare/relay\tpeak RSS MiB\tidle q/s/replica\tidle CPU %/replica\t")
 		for _, d := range r.Drains {
 			bare, bareDB := fmt.Sprintf("%.0f", d.Bare), fmt.Sprintf("%.2f", d.BareDB)
 			if d.BareErr != "" {
@@ -34,15 +34,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 					name, b, bdb = "", "", ""
 				}
 				if rr.Error != "" {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\tFAILED\t\t\t\t\t\t\t\t\t\t\t\n", name, b, bdb, rr.Replicas)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\tFAILED\t\t\t\t\t\t\t\t\t\t\t\t\n", name, b, bdb, rr.Replicas)
 					continue
 				}
 				spread := ""
 				if d.Runs > 1 {
 					spread = fmt.Sprintf("%.2f–%.2f", rr.RatioMin, rr.RatioMax)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.2f\t%s\t%.2f\t%.2f\t%.2f/%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.1f\t%.1f\t%.2f\t\n",
-					name, b, bdb, rr.Replicas, rr.RowsPerSec, rr.Ratio, spread, rr.CPUPer10k, rr.DBCPUPer10k, d.BareHostCPU, rr.HostCPUPer10k, d.BareBusy, rr.HostBusyPct, d.BareSteal, rr.StealPct, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.2f\t%s\t%.2f\t%.2f\t%.2f/%.2f\t%.0f/%.0f\t%.0f/%.0f\t%.1f/%.1f\t%.1f\t%.1f\t%.2f\t\n",
+					name, b, bdb, rr.Replicas, rr.RowsPerSec, rr.Ratio, spread, rr.CPUPer10k, rr.DBCPUPer10k, d.BareHostCPU, rr.HostCPUPer10k, d.BareBusy, rr.HostBusyPct, d.BareSteal, rr.StealPct, d.BareSwitches, rr.SwitchesPerRow, rr.PeakRSSMiB, rr.IdleQPS, rr.IdleCPU)
 			}
 		}
 		tw.Flush()

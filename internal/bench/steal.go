@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -35,6 +36,12 @@ type hostCost struct {
 	// by the hypervisor, and spent running (host). busy near 100 means the
 	// drain had no CPU to spare: its rate is then its CPU time per row.
 	steal, busy float64
+	// switches is the machine's context switches (/proc/stat's ctxt): every
+	// process that slept and was woken, every preemption. On a kernel with
+	// page-table isolation and no PCID each one flushes the TLB, so a
+	// drain's switches per row say much of what its CPU per row costs
+	// there (docs/benchmarks.md, "Machine").
+	switches uint64
 }
 
 // stop returns what the machine spent since the start.
@@ -44,13 +51,16 @@ func (m hostMeter) stop() hostCost {
 	if now.total > m.cpu.total {
 		c.host = time.Duration(float64(now.busy()-m.cpu.busy()) / clockTicks * float64(time.Second))
 	}
+	if now.switches > m.cpu.switches {
+		c.switches = now.switches - m.cpu.switches
+	}
 	return c
 }
 
 // cpuTimes is the machine-wide CPU time of /proc/stat's first line, in
 // clock ticks: all of it, the part stolen by the hypervisor and the part
-// idle (idle and iowait).
-type cpuTimes struct{ total, steal, idle uint64 }
+// idle (idle and iowait); and the context switches of its ctxt line.
+type cpuTimes struct{ total, steal, idle, switches uint64 }
 
 // busy is the CPU time spent running something.
 func (t cpuTimes) busy() uint64 { return t.total - t.steal - t.idle }
@@ -62,11 +72,24 @@ func readCPUTimes() cpuTimes {
 		return cpuTimes{}
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	return parseProcStat(f)
+}
+
+// parseProcStat reads the contents of /proc/stat: the CPU times of its
+// first line and the count of its ctxt line.
+func parseProcStat(r io.Reader) cpuTimes {
+	sc := bufio.NewScanner(r)
 	if !sc.Scan() {
 		return cpuTimes{}
 	}
-	return parseCPUTimes(sc.Text())
+	t := parseCPUTimes(sc.Text())
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "ctxt "); ok {
+			t.switches, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			break
+		}
+	}
+	return t
 }
 
 // parseCPUTimes parses the "cpu" line of /proc/stat: user nice system idle

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -33,7 +34,17 @@ func TestStealPercent(t *testing.T) {
 			t.Fatalf("parseCPUTimes(%q) = %+v, want zero", bad, got)
 		}
 	}
-	if got := readCPUTimes(); got.total == 0 {
+	got := readCPUTimes()
+	if got.total == 0 || got.switches == 0 {
 		t.Fatalf("readCPUTimes on Linux read nothing: %+v", got)
+	}
+	// The context switches come from the ctxt line, wherever it is.
+	stat := parseProcStat(strings.NewReader("cpu  177938 0 49634 600663 2436 0 5709 5705 0 0\n" +
+		"cpu0 88969 0 24817 300331 1218 0 2854 2852 0 0\nintr 9 8 7\nctxt 123456789\nbtime 1\n"))
+	if stat.total != a.total || stat.switches != 123456789 {
+		t.Fatalf("parseProcStat: %+v, want the times of %+v and 123456789 switches", stat, a)
+	}
+	if s := parseProcStat(strings.NewReader("cpu  1 0 1 1 0 0 0 0 0 0\n")); s.switches != 0 || s.total != 3 {
+		t.Fatalf("parseProcStat without a ctxt line: %+v", s)
 	}
 }
