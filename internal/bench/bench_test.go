@@ -64,6 +64,11 @@ func TestSmoke(t *testing.T) {
 		if rr.IdleQPS < 0 || rr.IdleCPU < 0 {
 			t.Errorf("%s: negative idle cost: %+v", d.Case, rr)
 		}
+		// Every drain sleeps and wakes something (a publish waits for its
+		// ack): no context switches means /proc/stat was not read.
+		if rr.SwitchesPerRow <= 0 || d.BareSwitches <= 0 {
+			t.Errorf("%s: no context switches counted: bare %v, relay %v", d.Case, d.BareSwitches, rr.SwitchesPerRow)
+		}
 	}
 }
 

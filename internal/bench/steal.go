@@ -38,9 +38,9 @@ type hostCost struct {
 	steal, busy float64
 	// switches is the machine's context switches (/proc/stat's ctxt): every
 	// process that slept and was woken, every preemption. On a kernel with
-	// page-table isolation and no PCID each one flushes the TLB, so a
-	// drain's switches per row say much of what its CPU per row costs
-	// there (docs/benchmarks.md, "Machine").
+	// page-table isolation and no PCID each one flushes the TLB, which
+	// makes them one suspect when a row costs more CPU on one machine than
+	// on another (docs/benchmarks.md, "Machine").
 	switches uint64
 }
 
