@@ -119,20 +119,14 @@ func TestPlanEachExecutionKeepsTheOperatorsChoice(t *testing.T) {
 		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dforce_generic_plan",
 		"postgres://u@h/db?options=-c%20plan-cache-mode%3Dauto",
 	} {
-		cc, err := pgx.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cc := parseConnConfig(t, url)
 		before := len(cc.RuntimeParams)
 		PlanEachExecution(cc)
 		if _, set := cc.RuntimeParams["plan_cache_mode"]; len(cc.RuntimeParams) != before || (set && !strings.Contains(url, "?plan_cache_mode")) {
 			t.Errorf("%s: runtime parameters changed to %v", url, cc.RuntimeParams)
 		}
 	}
-	cc, err := pgx.ParseConfig("postgres://u@h/db")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc := parseConnConfig(t, "postgres://u@h/db")
 	if note := PlanCacheNote(cc); note != "" {
 		t.Errorf("a URL without plan_cache_mode is noted: %s", note)
 	}
@@ -160,10 +154,7 @@ func TestPlanCacheNote(t *testing.T) {
 		"postgres://u@h/db?options=-c%20plan_cache_mode%3Dforce_custom_plan%20-c%20plan_cache_mode%3Dauto": "= auto",
 		"postgres://u@h/db?options=-c%20application_name%3Dplan_cache_mode":                                "",
 	} {
-		cc, err := pgx.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cc := parseConnConfig(t, url)
 		note := PlanCacheNote(cc)
 		if want == "" && note != "" || want != "" && !strings.Contains(note, want) {
 			t.Errorf("%s: note %q, want one naming %s", url, note, want)
@@ -226,13 +217,21 @@ func TestNoJITKeepsTheOperatorsChoice(t *testing.T) {
 		"postgres://u@h/db?options=-c%20work_mem%3D8MB":         "off",
 		"postgres://u@h/db?options=-c%20application_name%3Djit": "off",
 	} {
-		cc, err := pgx.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cc := parseConnConfig(t, url)
 		NoJIT(cc)
 		if got := cc.RuntimeParams["jit"]; got != want {
 			t.Errorf("%s: runtime parameter jit = %q, want %q (%v)", url, got, want, cc.RuntimeParams)
 		}
 	}
+}
+
+// parseConnConfig parses a connection string the tests above hand to the
+// session settings.
+func parseConnConfig(t *testing.T, url string) *pgx.ConnConfig {
+	t.Helper()
+	cc, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
 }
