@@ -126,6 +126,9 @@ type Machine struct {
 	Go         string `json:"go"`
 	PostgreSQL string `json:"postgresql"`
 	NATS       string `json:"nats"`
+	// Kernel is what makes a CPU second dearer here (kernel.go):
+	// page-table isolation, a missing pcid flag, the huge pages reserved.
+	Kernel string `json:"kernel,omitempty"`
 }
 
 // Drain is one case: a destination, keyed or not, the bare loop and the
@@ -347,6 +350,15 @@ func machine(ctx context.Context, w *world) Machine {
 	if err := w.admin.QueryRow(ctx, "SHOW autovacuum").Scan(&autovacuum); err == nil && autovacuum != "on" {
 		m.PostgreSQL += ", autovacuum " + autovacuum
 	}
+	// With huge_pages = try (the default) PostgreSQL takes huge pages for its
+	// shared memory only when the kernel has them reserved at its start
+	// (Machine.Kernel); that moves the relay's ratio (performance.md,
+	// lesson 34).
+	var huge string
+	if err := w.admin.QueryRow(ctx, "SHOW huge_pages").Scan(&huge); err == nil {
+		m.PostgreSQL += ", huge_pages " + huge
+	}
+	m.Kernel = kernelFacts()
 	m.NATS = w.nc.ConnectedServerVersion()
 	if w.ns != nil {
 		m.NATS += " (embedded)"

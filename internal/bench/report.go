@@ -19,7 +19,11 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteTable(w io.Writer) error {
 	m := r.Machine
 	fmt.Fprintf(w, "queuebox bench — %d rows, %d keys (keyed cases), payload %d B, batch %d, %d round(s) per case (medians)\n", r.Rows, r.Keys, r.Payload, r.BatchSize, r.Runs)
-	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s, PostgreSQL %s, NATS %s; elapsed %s\n\n", m.CPUs, m.CPU, m.GOOS, m.Go, m.PostgreSQL, m.NATS, r.Elapsed)
+	cpu := m.CPU
+	if m.Kernel != "" {
+		cpu += "; " + m.Kernel
+	}
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s, PostgreSQL %s, NATS %s; elapsed %s\n\n", m.CPUs, cpu, m.GOOS, m.Go, m.PostgreSQL, m.NATS, r.Elapsed)
 	if len(r.Drains) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "case\tbare rows/s\tbare DB CPU s/10k\treplicas\trelay rows/s\trelay ÷ bare\t(min–max)\tCPU s/10k rows\tDB CPU s/10k\thost CPU s/10k bare/relay\thost busy % bare/relay\tsteal % bare/relay\tcontext switches/row bare/relay\tpeak RSS MiB\tidle q/s/replica\tidle CPU %/replica\t")
