@@ -357,6 +357,11 @@ func machine(ctx context.Context, w *world) Machine {
 	var huge string
 	if err := w.admin.QueryRow(ctx, "SHOW huge_pages").Scan(&huge); err == nil {
 		m.PostgreSQL += ", huge_pages " + huge
+		// PostgreSQL 15 and later say how many its shared memory needs.
+		var need string
+		if err := w.admin.QueryRow(ctx, "SHOW shared_memory_size_in_huge_pages").Scan(&need); err == nil && need != "-1" {
+			m.PostgreSQL += " (needs " + need + ")"
+		}
 	}
 	m.Kernel = kernelFacts()
 	m.NATS = w.nc.ConnectedServerVersion()
