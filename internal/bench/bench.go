@@ -332,15 +332,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 func machine(ctx context.Context, w *world) Machine {
 	m := Machine{CPUs: runtime.NumCPU(), GOOS: runtime.GOOS + "/" + runtime.GOARCH, Go: runtime.Version()}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				if i := strings.IndexByte(l, ':'); i > 0 {
-					m.CPU = strings.TrimSpace(l[i+1:])
-				}
-				break
-			}
-		}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		m.CPU, _ = cpuInfo(f, "model name")
+		f.Close()
 	}
 	_ = w.admin.QueryRow(ctx, "SHOW server_version").Scan(&m.PostgreSQL)
 	// A drain is too short to see an autovacuum, a sustained load is not

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -54,21 +55,22 @@ func describeKernel(meltdown string, cpuinfo, meminfo io.Reader) string {
 // cpuFlag reports whether the first processor's flags line in cpuinfo
 // lists flag; ok is false when there is no flags line.
 func cpuFlag(cpuinfo io.Reader, flag string) (has, ok bool) {
+	flags, ok := cpuInfo(cpuinfo, "flags")
+	return ok && slices.Contains(strings.Fields(flags), flag), ok
+}
+
+// cpuInfo returns the value of the first line of /proc/cpuinfo's contents
+// whose key is key (the first processor's), trimmed; ok is false when no
+// line has it.
+func cpuInfo(cpuinfo io.Reader, key string) (string, bool) {
 	sc := bufio.NewScanner(cpuinfo)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
-		k, v, found := strings.Cut(sc.Text(), ":")
-		if !found || strings.TrimSpace(k) != "flags" {
-			continue
+		if k, v, found := strings.Cut(sc.Text(), ":"); found && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v), true
 		}
-		for _, f := range strings.Fields(v) {
-			if f == flag {
-				return true, true
-			}
-		}
-		return false, true
 	}
-	return false, false
+	return "", false
 }
 
 // hugePages summarises the HugePages lines of /proc/meminfo: how many

@@ -31,6 +31,13 @@ func TestDescribeKernel(t *testing.T) {
 			t.Errorf("describeKernel(%q, …) = %q, want %q", c.meltdown, got, c.want)
 		}
 	}
+	// The machine line's CPU model comes from the same reader.
+	if got, ok := cpuInfo(strings.NewReader("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t: pcid\n"), "model name"); !ok || got != "AMD EPYC" {
+		t.Errorf("cpuInfo model name = %q, %v; want AMD EPYC", got, ok)
+	}
+	if got, ok := cpuInfo(strings.NewReader(withPCID), "model name"); ok {
+		t.Errorf("cpuInfo found a model name in %q: %q", withPCID, got)
+	}
 	if runtime.GOOS == "linux" && !strings.Contains(kernelFacts(), "huge pages: ") {
 		t.Fatalf("kernelFacts on Linux did not read /proc/meminfo: %q", kernelFacts())
 	}
