@@ -156,6 +156,11 @@ type Drain struct {
 	// BareSwitches is the machine's context switches per row during the
 	// median bare loop (RelayRun.SwitchesPerRow).
 	BareSwitches float64 `json:"bareContextSwitchesPerRow"`
+	// BarePageFaults and BareDBPageFaults are the machine's and the
+	// database's page faults per row during the median bare loop
+	// (RelayRun.PageFaultsPerRow).
+	BarePageFaults   float64 `json:"barePageFaultsPerRow"`
+	BareDBPageFaults float64 `json:"bareDatabasePageFaultsPerRow"`
 }
 
 // RelayRun is the relay with Replicas processes on one case.
@@ -187,6 +192,18 @@ type RelayRun struct {
 	// database and the broker, which a kernel with page-table isolation
 	// makes dear (docs/benchmarks.md, "Machine").
 	SwitchesPerRow float64 `json:"contextSwitchesPerRow"`
+	// PageFaultsPerRow is the machine's page faults per row during the
+	// drain, DBPageFaultsPerRow the database's processes' (minor faults):
+	// each new backend faults in every page of the shared buffers it
+	// touches (performance.md, lesson 35).
+	PageFaultsPerRow   float64 `json:"pageFaultsPerRow"`
+	DBPageFaultsPerRow float64 `json:"databasePageFaultsPerRow"`
+	// WorkersHalved and WorkersRaised count, over the replicas, the times
+	// a replica halved or doubled the workers that claim during the drain
+	// (relay/share.go: its claims queued for a claim turn saturated by the
+	// other replicas, or no longer did).
+	WorkersHalved int64 `json:"claimWorkersHalved"`
+	WorkersRaised int64 `json:"claimWorkersRaised"`
 }
 
 // Latency is commit-to-ack at a fixed offered load.
@@ -373,6 +390,7 @@ type bareRun struct {
 	rowsPerSec, dbPer10k, steal float64
 	hostPer10k, busy            float64
 	switches                    float64 // per row
+	faults, dbFaults            float64 // per row
 }
 
 func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool) (bareRun, error) {
@@ -436,7 +454,8 @@ func runBare(ctx context.Context, w *world, o *Options, dest string, keyed bool)
 	}
 	return bareRun{rowsPerSec: float64(n) / elapsed.Seconds(), dbPer10k: c.db.Seconds() / float64(n) * 10_000,
 		steal: c.steal, hostPer10k: c.host.Seconds() / float64(n) * 10_000, busy: c.busy,
-		switches: float64(c.switches) / float64(n)}, nil
+		switches: float64(c.switches) / float64(n), faults: float64(c.faults) / float64(n),
+		dbFaults: float64(c.dbFaults) / float64(n)}, nil
 }
 
 // runDrain runs one case o.Runs times — the bare loop, then the relay at
@@ -461,7 +480,7 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 		}
 		bare := br.rowsPerSec
 		bares = append(bares, br)
-		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  cs %.1f/row", bare, br.dbPer10k, br.hostPer10k, br.busy, br.steal, br.switches)
+		o.say("   bare loop      %8.0f rows/s  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  cs %.1f/row  pf %.2f/row (db %.2f)", bare, br.dbPer10k, br.hostPer10k, br.busy, br.steal, br.switches, br.faults, br.dbFaults)
 		for i, n := range o.Replicas {
 			rr := runRelay(ctx, w, o, tmp, dest, keyed, n, profileSpec{
 				path: profilePath(o.ProfileDir, name, n), seconds: profileSeconds(o.Rows, bare)}, round == 1)
@@ -473,8 +492,11 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 				if rr.RowsPerClaim > 0 {
 					perClaim = fmt.Sprintf("  %.1f rows/claim", rr.RowsPerClaim)
 				}
-				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  cs %.1f/row  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
-					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.HostCPUPer10k, rr.HostBusyPct, rr.StealPct, rr.SwitchesPerRow, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
+				if rr.WorkersHalved+rr.WorkersRaised > 0 {
+					perClaim += fmt.Sprintf("  claim workers halved %d× raised %d×", rr.WorkersHalved, rr.WorkersRaised)
+				}
+				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  cs %.1f/row  pf %.2f/row (db %.2f)  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
+					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.HostCPUPer10k, rr.HostBusyPct, rr.StealPct, rr.SwitchesPerRow, rr.PageFaultsPerRow, rr.DBPageFaultsPerRow, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
 				if steal := max(rr.StealPct, br.steal); steal > stealWarnPercent {
 					d.Warnings = append(d.Warnings, fmt.Sprintf("round %d, relay ×%d: CPU steal %.0f%% (bare loop %.0f%%): the hypervisor took that share of the CPUs; read this ratio with care",
 						round, n, rr.StealPct, br.steal))
@@ -487,6 +509,7 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 		m := slices.SortedFunc(slices.Values(bares), func(a, b bareRun) int { return cmp.Compare(a.rowsPerSec, b.rowsPerSec) })[len(bares)/2]
 		d.Bare, d.BareDB, d.BareSteal = m.rowsPerSec, median(dbPer10k(bares)), m.steal
 		d.BareHostCPU, d.BareBusy, d.BareSwitches = m.hostPer10k, m.busy, m.switches
+		d.BarePageFaults, d.BareDBPageFaults = m.faults, m.dbFaults
 	}
 	for i, n := range o.Replicas {
 		m := medianRun(runs[i], n)
@@ -631,12 +654,16 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	c := meter.stop()
 	rr.StealPct, rr.HostBusyPct = c.steal, c.busy
 	rr.SwitchesPerRow = float64(c.switches) / float64(o.Rows)
+	rr.PageFaultsPerRow = float64(c.faults) / float64(o.Rows)
+	rr.DBPageFaultsPerRow = float64(c.dbFaults) / float64(o.Rows)
 	rr.DBCPUPer10k = c.db.Seconds() / float64(o.Rows) * 10_000
 	rr.HostCPUPer10k = c.host.Seconds() / float64(o.Rows) * 10_000
 	rr.DrainSeconds = doneAt.Sub(start).Seconds()
 	rr.RowsPerSec = float64(o.Rows) / rr.DrainSeconds
 	var cpu time.Duration
-	for i := range reps {
+	for i, r := range reps {
+		rr.WorkersHalved += r.fewer.Load()
+		rr.WorkersRaised += r.more.Load()
 		cpu += after[i].cpu - before[i].cpu
 		rr.PeakRSSMiB = max(rr.PeakRSSMiB, float64(after[i].hwmKiB)/1024)
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -26,6 +27,11 @@ type replica struct {
 
 	mu   sync.Mutex
 	tail []string // last lines of its log, for errors
+
+	// fewer and more count the log lines of the claiming workers halved
+	// and doubled (relay/share.go): a claim turn saturated by several
+	// replicas, and room on it again.
+	fewer, more atomic.Int64
 }
 
 // relayConfig is the YAML of one relay run.
@@ -190,8 +196,13 @@ func (r *replica) scan(stderr interface{ Read([]byte) (int, error) }) {
 	once := sync.Once{}
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.Contains(line, "relay started") {
+		switch {
+		case strings.Contains(line, "relay started"):
 			once.Do(func() { r.startAt = time.Now(); close(r.started) })
+		case strings.Contains(line, "fewer workers claim"):
+			r.fewer.Add(1)
+		case strings.Contains(line, "more workers claim"):
+			r.more.Add(1)
 		}
 		r.mu.Lock()
 		r.tail = append(r.tail, line)
@@ -243,6 +254,7 @@ func stopReplicas(reps []*replica) {
 // procStat is what /proc tells about a process.
 type procStat struct {
 	cpu     time.Duration // user + system
+	minflt  uint64        // minor page faults
 	hwmKiB  int64         // VmHWM: peak resident set
 	rssKiB  int64
 	present bool
@@ -268,6 +280,7 @@ func readProc(pid int) procStat {
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	stt, _ := strconv.ParseFloat(f[12], 64)
 	st.cpu = time.Duration((ut + stt) / clockTicks * float64(time.Second))
+	st.minflt, _ = strconv.ParseUint(f[7], 10, 64)
 	st.present = true
 	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -284,13 +297,13 @@ func readProc(pid int) procStat {
 	return st
 }
 
-// databaseCPU is the CPU time of every process named postgres on this
-// machine (server, backends, background workers): what a drain cost the
-// database, when it is local. Processes that exited between two readings
-// (autovacuum workers) are missed; zero when no PostgreSQL runs here.
-func databaseCPU() time.Duration {
+// databaseCPU is the CPU time and the minor page faults of every process
+// named postgres on this machine (server, backends, background workers):
+// what a drain cost the database, when it is local. Processes that exited
+// between two readings (autovacuum workers) are missed; zero when no
+// PostgreSQL runs here.
+func databaseCPU() (total time.Duration, faults uint64) {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	var total time.Duration
 	for _, d := range dirs {
 		comm, err := os.ReadFile(d + "/comm")
 		if err != nil || strings.TrimSpace(string(comm)) != "postgres" {
@@ -300,9 +313,11 @@ func databaseCPU() time.Duration {
 		if err != nil {
 			continue
 		}
-		total += readProc(pid).cpu
+		st := readProc(pid)
+		total += st.cpu
+		faults += st.minflt
 	}
-	return total
+	return total, faults
 }
 
 func kib(line string) int64 {

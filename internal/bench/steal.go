@@ -19,11 +19,16 @@ const stealWarnPercent = 10
 // bare loop and the relay: the local database's CPU time, the CPU steal and
 // the CPU time of every process on the machine.
 type hostMeter struct {
-	db  time.Duration
-	cpu cpuTimes
+	db       time.Duration
+	dbFaults uint64
+	faults   uint64
+	cpu      cpuTimes
 }
 
-func startHostMeter() hostMeter { return hostMeter{db: databaseCPU(), cpu: readCPUTimes()} }
+func startHostMeter() hostMeter {
+	db, dbFaults := databaseCPU()
+	return hostMeter{db: db, dbFaults: dbFaults, faults: readPageFaults(), cpu: readCPUTimes()}
+}
 
 // hostCost is what a drain cost the machine (hostMeter).
 type hostCost struct {
@@ -42,12 +47,25 @@ type hostCost struct {
 	// makes them one suspect when a row costs more CPU on one machine than
 	// on another (docs/benchmarks.md, "Machine").
 	switches uint64
+	// faults is the machine's page faults (/proc/vmstat's pgfault) and
+	// dbFaults the minor faults of the database's processes. A backend
+	// maps each page of the shared buffers on its first touch, one fault
+	// per 4 kB page unless they are on huge pages, and on a kernel with
+	// page-table isolation each fault is dear (performance.md, lesson 35).
+	faults, dbFaults uint64
 }
 
 // stop returns what the machine spent since the start.
 func (m hostMeter) stop() hostCost {
 	now := readCPUTimes()
-	c := hostCost{db: databaseCPU() - m.db, steal: stealPercent(m.cpu, now), busy: busyPercent(m.cpu, now)}
+	db, dbFaults := databaseCPU()
+	c := hostCost{db: db - m.db, steal: stealPercent(m.cpu, now), busy: busyPercent(m.cpu, now)}
+	if dbFaults > m.dbFaults {
+		c.dbFaults = dbFaults - m.dbFaults
+	}
+	if f := readPageFaults(); f > m.faults {
+		c.faults = f - m.faults
+	}
 	if now.total > m.cpu.total {
 		c.host = time.Duration(float64(now.busy()-m.cpu.busy()) / clockTicks * float64(time.Second))
 	}
@@ -55,6 +73,29 @@ func (m hostMeter) stop() hostCost {
 		c.switches = now.switches - m.cpu.switches
 	}
 	return c
+}
+
+// readPageFaults is /proc/vmstat's pgfault: the page faults of every
+// process since boot; 0 where there is none.
+func readPageFaults() uint64 {
+	f, err := os.Open("/proc/vmstat")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	return parseVMStat(f, "pgfault")
+}
+
+// parseVMStat returns the counter name of a /proc/vmstat listing.
+func parseVMStat(r io.Reader, name string) uint64 {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // cpuTimes is the machine-wide CPU time of /proc/stat's first line, in

@@ -48,3 +48,16 @@ func TestStealPercent(t *testing.T) {
 		t.Fatalf("parseProcStat without a ctxt line: %+v", s)
 	}
 }
+
+func TestParseVMStat(t *testing.T) {
+	const vmstat = "pgpgin 4410\npgfault_extra 7\npgfault 123456789\npgmajfault 321\n"
+	if got := parseVMStat(strings.NewReader(vmstat), "pgfault"); got != 123456789 {
+		t.Fatalf("pgfault %d, want 123456789 (not the pgfault_extra line)", got)
+	}
+	if got := parseVMStat(strings.NewReader(vmstat), "pgmajfault"); got != 321 {
+		t.Fatalf("pgmajfault %d, want 321", got)
+	}
+	if got := parseVMStat(strings.NewReader(vmstat), "nr_free_pages"); got != 0 {
+		t.Fatalf("a counter that is not there: %d, want 0", got)
+	}
+}
