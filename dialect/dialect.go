@@ -83,6 +83,15 @@ type ClaimParams struct {
 	IdleWindow int
 }
 
+// ClaimTurnReporter is what a dialect with a claim turn shared by every
+// relay on the table (PostgreSQL's, relay.claimTurns: table) offers beyond
+// Dialect: after each claim that took the turn, f learns whether that claim
+// had to queue for it behind another relay's claim. The engine calls it
+// once, before Run.
+type ClaimTurnReporter interface {
+	OnClaimTurn(f func(queued bool))
+}
+
 // ErrClaimTurnBusy is what a poll (ClaimParams.Poll) returns when another
 // claim holds the table's claim turn: it did not run, and found nothing.
 var ErrClaimTurnBusy = errors.New("claim turn held by another claim; poll skipped")

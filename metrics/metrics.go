@@ -24,6 +24,7 @@ type Metrics struct {
 	claimTurnWait   prometheus.Histogram
 	claimedRows     prometheus.Counter
 	claimLimit      prometheus.Gauge
+	claimWorkers    prometheus.Gauge
 	publishDuration *prometheus.HistogramVec
 	commitToAck     *prometheus.HistogramVec
 	deliveries      *prometheus.CounterVec
@@ -72,6 +73,8 @@ func New() *Metrics {
 			"Rows claimed."),
 		claimLimit: gauge("claim_limit",
 			"Rows the last claim asked for: relay.batchSize, or a share of it while whole batches find fewer ready rows."),
+		claimWorkers: gauge("claim_workers",
+			"Workers that claim: relay.inflightBatches, or fewer while the table's claim turn is saturated by the claims of several relays."),
 		publishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "publish_duration_seconds",
 			Help:    "Duration of one batch publish to a destination.",
@@ -120,7 +123,7 @@ func New() *Metrics {
 		wakeNotified: counter("wake_notifications_total",
 			"Notifications received on the relay.notify channel."),
 	}
-	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.publishDuration, m.commitToAck, m.deliveries,
+	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.claimWorkers, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
 		m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified)
 	// Every series with a fixed label set exists from the start, at zero,
@@ -221,6 +224,9 @@ func (m *Metrics) Reclaimed(rows int) { m.reclaimed.Add(float64(rows)) }
 func (m *Metrics) BreakerChanged(dest string, to relay.BreakerState) {
 	m.circuit.WithLabelValues(dest).Set(float64(to))
 }
+
+// ClaimWorkers implements relay.Observer.
+func (m *Metrics) ClaimWorkers(n int) { m.claimWorkers.Set(float64(n)) }
 
 // Purged implements relay.RetentionObserver.
 func (m *Metrics) Purged(state string, rows int) { m.purged.WithLabelValues(state).Add(float64(rows)) }

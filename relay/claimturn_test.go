@@ -394,3 +394,122 @@ func TestBurstAfterABarrenWakeGetsTheSibling(t *testing.T) {
 		t.Fatalf("claims found %v beside %v batches: the last two of the burst were not published side by side (the sibling slept)", found, beside)
 	}
 }
+
+// queueDialect is an endless unkeyed table on a claim turn shared with other
+// relays (dialect.ClaimTurnReporter): every claim fills its batch, and
+// reports whether it queued for the turn as queued says.
+type queueDialect struct {
+	scriptDialect
+	report func(bool)
+	queued atomic.Bool
+	seq    atomic.Int64
+	claims atomic.Int64
+	dry    atomic.Bool // the table is empty: claims find nothing
+}
+
+func (d *queueDialect) OnClaimTurn(f func(bool)) { d.report = f }
+
+func (d *queueDialect) Claim(_ context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	if d.dry.Load() {
+		d.report(true)
+		return nil, nil
+	}
+	msgs := make([]outbox.Message, p.Limit)
+	for i := range msgs {
+		msgs[i] = scriptMessage(d.seq.Add(1), "queue", "")
+	}
+	d.claims.Add(1)
+	d.report(d.queued.Load())
+	return msgs, nil
+}
+
+func (d *queueDialect) Complete(_ context.Context, p dialect.CompleteParams) (int64, error) {
+	return int64(len(p.IDs)), nil
+}
+
+// workersRecorder remembers the engine's ClaimWorkers reports.
+type workersRecorder struct {
+	relay.NopObserver
+	counts guardedList[int]
+}
+
+func (r *workersRecorder) ClaimWorkers(n int) { r.counts.add(n) }
+
+// TestSaturatedTurnClaimsWithOneWorker: while the claims queue for a claim
+// turn that other relays keep busy, the engine's batches stop overlapping
+// (one worker claims; more batches in flight would only add database work
+// on a table whose claims run one at a time); once they no longer queue,
+// both workers claim and publish side by side again.
+func TestSaturatedTurnClaimsWithOneWorker(t *testing.T) {
+	db := &queueDialect{}
+	db.queued.Store(true)
+	rec := &workersRecorder{}
+	e, dest := newSlowEngine(t, db, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 10 * time.Millisecond,
+		MaxPollInterval: 50 * time.Millisecond, Observer: rec})
+	runEngine(t, e)
+
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; workers reported: %v", what, rec.counts.snapshot())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	has := func(want ...int) func() bool {
+		return func() bool { return slices.Equal(rec.counts.snapshot(), want) }
+	}
+	waitFor("one claiming worker", has(2, 1))
+	// Let the batch claimed before the change finish, then watch.
+	time.Sleep(100 * time.Millisecond)
+	dest.pubs.max.Store(dest.pubs.now.Load())
+	from := db.claims.Load()
+	waitFor("20 more claims", func() bool { return db.claims.Load() >= from+20 })
+	if m := dest.pubs.max.Load(); m != 1 {
+		t.Errorf("with the turn saturated, up to %d batches were published at once, want 1", m)
+	}
+
+	db.queued.Store(false)
+	waitFor("both workers claiming again", has(2, 1, 2))
+	from = db.claims.Load()
+	dest.pubs.max.Store(0)
+	waitFor("20 more claims", func() bool { return db.claims.Load() >= from+20 })
+	if m := dest.pubs.max.Load(); m < 2 {
+		t.Errorf("with the turn free again, batches never overlapped (at most %d at once)", m)
+	}
+}
+
+// TestWorkerLeftOutLetsTheLastIdleWorkerArm: with relay.notify, the last
+// worker to fall asleep asks producers to notify (Options.Arm). A worker
+// left out while the claim turn is saturated counts as asleep; if it
+// counted as awake, the one claiming worker would never be the last, and
+// once the table ran dry nobody would arm: rows would wait for the polls.
+func TestWorkerLeftOutLetsTheLastIdleWorkerArm(t *testing.T) {
+	db := &queueDialect{}
+	db.queued.Store(true)
+	rec := &workersRecorder{}
+	var arms atomic.Int64
+	e, _ := newSlowEngine(t, db, relay.Options{BatchSize: 10, InflightBatches: 2, PollInterval: 10 * time.Millisecond,
+		MaxPollInterval: 50 * time.Millisecond, Observer: rec,
+		Arm: func(context.Context) (relay.Arming, error) { arms.Add(1); return relay.ArmWatched, nil }})
+	runEngine(t, e)
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.Equal(rec.counts.snapshot(), []int{2, 1}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never down to one claiming worker: %v", rec.counts.snapshot())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := arms.Load(); n != 0 {
+		t.Fatalf("armed %d times while the table was busy", n)
+	}
+	db.dry.Store(true)
+	for arms.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the table ran dry with one worker left out, and nobody armed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -128,6 +128,7 @@ type Engine struct {
 	// breakers holds one circuit breaker per destination.
 	breakers map[string]*breaker
 	policy   *claimPolicy
+	share    *turnShare // how many workers claim (turnShare)
 
 	armFailing atomic.Bool  // Options.Arm failed last time (logged once)
 	awake      atomic.Int32 // workers not asleep after an empty claim (Options.Arm)
@@ -146,7 +147,7 @@ func New(db dialect.Dialect, r Router, dests map[string]destination.Destination,
 	for name := range dests {
 		breakers[name] = newBreaker(opt.Breaker)
 	}
-	return &Engine{
+	e := &Engine{
 		db:       db,
 		router:   r,
 		dests:    dests,
@@ -155,8 +156,13 @@ func New(db dialect.Dialect, r Router, dests map[string]destination.Destination,
 		obs:      opt.Observer,
 		breakers: breakers,
 		policy:   newClaimPolicy(opt.BatchSize, opt.InflightBatches),
+		share:    newTurnShare(opt.InflightBatches),
 		wakeCh:   make(chan struct{}),
-	}, nil
+	}
+	if t, ok := db.(dialect.ClaimTurnReporter); ok && opt.InflightBatches > 1 {
+		t.OnClaimTurn(e.turnQueued)
+	}
+	return e, nil
 }
 
 // Options returns the effective options, defaults applied.
@@ -169,6 +175,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.policy.startWideClock()
 	var wg sync.WaitGroup
 	e.awake.Store(int32(e.opt.InflightBatches))
+	e.obs.ClaimWorkers(e.share.workers())
 	wg.Add(e.opt.InflightBatches + 1)
 	for i := 0; i < e.opt.InflightBatches; i++ {
 		go func() {
@@ -221,6 +228,13 @@ func (e *Engine) worker(ctx context.Context, id int) {
 	empty := 0     // consecutive claims that found nothing
 	armed := false // the wake was just armed: the next claim must run
 	for ctx.Err() == nil {
+		if id >= e.share.workers() {
+			// Left out while the claim turn is saturated (turnShare);
+			// back, it claims at once.
+			e.sitOut(ctx, log, id)
+			empty, armed = 0, false
+			continue
+		}
 		wake := e.wakeChan()
 		// A claim right after a fresh arming is not a poll: a poll may skip
 		// while another relay claims, and this one must see the rows of
@@ -247,7 +261,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			// once, and let idle siblings help, unless their last claims
 			// beside a batch in flight found nothing (claimPolicy.barren).
 			empty = 0
-			if e.policy.wakeSiblings() {
+			if e.policy.wakeSiblings() && e.share.workers() > 1 {
 				e.wakeAll()
 			}
 			continue
@@ -287,6 +301,44 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			// Woken: new rows may be ready.
 			empty = 0
 		}
+	}
+}
+
+// turnQueued learns whether a claim queued for the table's claim turn
+// (dialect.ClaimTurnReporter) and applies turnShare's decision.
+func (e *Engine) turnQueued(queued bool) {
+	from, to := e.share.report(queued)
+	switch {
+	case to < from:
+		e.log.Info("claim turn saturated by several relays: fewer workers claim",
+			"claiming_workers", to, "inflight_batches", e.opt.InflightBatches)
+	case to > from:
+		e.log.Info("claim turn has room again: more workers claim",
+			"claiming_workers", to, "inflight_batches", e.opt.InflightBatches)
+	default:
+		return
+	}
+	e.obs.ClaimWorkers(to)
+}
+
+// sitOut parks worker id while turnShare leaves it out, until the count of
+// claiming workers rises or ctx ends. Parked, it counts as asleep for
+// Options.Arm: when it is the last worker to fall asleep it arms, as an idle
+// worker would, and wakes the others to claim what came before.
+func (e *Engine) sitOut(ctx context.Context, log *slog.Logger, id int) {
+	raised := e.share.raised()
+	if id < e.share.workers() {
+		return // raised between the caller's check and now
+	}
+	if e.opt.Arm != nil {
+		if e.awake.Add(-1) == 0 && e.arm(ctx, log) == ArmFresh {
+			e.wakeAll()
+		}
+		defer e.awake.Add(1)
+	}
+	select {
+	case <-raised:
+	case <-ctx.Done():
 	}
 }
 

@@ -28,6 +28,10 @@ type Observer interface {
 	// BreakerChanged reports a destination's circuit breaker entering a
 	// new state.
 	BreakerChanged(dest string, to BreakerState)
+	// ClaimWorkers reports how many of the engine's workers claim: at
+	// start (Options.InflightBatches) and whenever a claim turn shared with
+	// other relays changes it (turnShare).
+	ClaimWorkers(n int)
 }
 
 // NopObserver ignores every event.
@@ -41,3 +45,4 @@ func (NopObserver) Wrote(string, time.Duration, error)          {}
 func (NopObserver) Lost(int)                                    {}
 func (NopObserver) BreakerChanged(string, BreakerState)         {}
 func (NopObserver) Reclaimed(int)                               {}
+func (NopObserver) ClaimWorkers(int)                            {}

@@ -40,8 +40,12 @@ type Dialect struct {
 	// turnSQL takes the table's claim turn (WithTableClaimTurns); empty
 	// when claims do not take turns across relays.
 	turnSQL    string
-	turnName   string // turnSQL's prepared statement (preparedName)
 	tryTurnSQL string // the same, without waiting (dialect.ClaimParams.Poll)
+	// queueSQL takes the turn like turnSQL and answers whether it had to
+	// queue for it (another claim held it when asked): turnClaim's, under
+	// the prepared statement queueName (preparedName).
+	queueSQL, queueName string
+	turnQueued          func(bool) // OnClaimTurn; nil: not reported
 	// turnWaited receives how long each claim waited for the turn
 	// (ObserveTurnWait); nil: not measured.
 	turnWaited func(time.Duration)
@@ -120,8 +124,9 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 		}
 		if !o.replicaTurns {
 			d.turnSQL = claimTurnSQL(m, "pg_advisory_xact_lock")
-			d.turnName = preparedName(d.turnSQL)
 			d.tryTurnSQL = claimTurnSQL(m, "pg_try_advisory_xact_lock")
+			d.queueSQL = queueTurnSQL(m)
+			d.queueName = preparedName(d.queueSQL)
 		}
 	}
 	return d, nil
@@ -136,6 +141,10 @@ func (d *Dialect) HoldsDeadKeys() bool { return d.opts.hold }
 // before the dialect is used. Where it is a large part of the claim's time
 // with several relays, the turn is what they queue on (docs/operations.md).
 func (d *Dialect) ObserveTurnWait(f func(time.Duration)) { d.turnWaited = f }
+
+// OnClaimTurn implements dialect.ClaimTurnReporter: f receives, for each
+// claim that takes the table's claim turn, whether it had to queue for it.
+func (d *Dialect) OnClaimTurn(f func(queued bool)) { d.turnQueued = f }
 
 // UniqueID reports whether the dialect was built WithUniqueID(true): its
 // claim does not repeat the head-of-key probe in the UPDATE.
@@ -290,7 +299,19 @@ const claimTurnSpace = 0x71627475 // "qbtu"
 // (pg_try_advisory_xact_lock) the claim turn of m's table: a
 // transaction-scoped advisory lock on claimTurnSpace << 32 | the table's oid.
 func claimTurnSQL(m dialect.Mapping, fn string) string {
-	return fmt.Sprintf("SELECT %s(%d::bigint << 32 | %s::regclass::oid::bigint)",
+	return "SELECT " + claimTurnCall(m, fn)
+}
+
+// queueTurnSQL takes the claim turn and answers true when it had to queue
+// for it: the try failed, another claim held the turn. CASE evaluates the
+// waiting lock only when the try fails.
+func queueTurnSQL(m dialect.Mapping) string {
+	return fmt.Sprintf("SELECT CASE WHEN %s THEN false ELSE %s IS NOT NULL END",
+		claimTurnCall(m, "pg_try_advisory_xact_lock"), claimTurnCall(m, "pg_advisory_xact_lock"))
+}
+
+func claimTurnCall(m dialect.Mapping, fn string) string {
+	return fmt.Sprintf("%s(%d::bigint << 32 | %s::regclass::oid::bigint)",
 		fn, claimTurnSpace, quoteLiteral(m.Table(QuoteIdent)))
 }
 

@@ -37,6 +37,9 @@ const cancelTimeout = 2 * time.Second
 //	Execute qb_claim                (runs it on a snapshot taken now)
 //	Sync                            (commits: the turn is released)
 //
+// The turn's statement (queueTurnSQL) answers whether the claim had to
+// queue for the turn behind another claim; OnClaimTurn's function hears it.
+//
 // The snapshot of an UPDATE … RETURNING is taken when its portal first
 // runs, not when it is bound, so the claim still sees the rows the last
 // claim took. pgx has no call that binds a named portal, so this speaks the
@@ -85,7 +88,7 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 	if !kept {
 		drop = append(drop, name)
 	}
-	turn, err := conn.Prepare(ctx, d.turnName, d.turnSQL)
+	turn, err := conn.Prepare(ctx, d.queueName, d.queueSQL)
 	if err != nil {
 		return nil, interpretError("claim turn", err)
 	}
@@ -153,10 +156,15 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 		// table changed (a column's type: "cached plan must not change
 		// result type") or dropped under it (DISCARD ALL) would fail on
 		// this connection for good; they are prepared afresh next time.
-		drop = []string{name, d.turnName}
+		drop = []string{name, d.queueName}
 	}
-	if !rows.granted.IsZero() && d.turnWaited != nil {
-		d.turnWaited(rows.granted.Sub(sent))
+	if !rows.granted.IsZero() {
+		if d.turnWaited != nil {
+			d.turnWaited(rows.granted.Sub(sent))
+		}
+		if d.turnQueued != nil {
+			d.turnQueued(rows.queued)
+		}
 	}
 	switch {
 	case rows.turnErr != nil:
@@ -193,6 +201,7 @@ type turnRows struct {
 	broken  bool      // reading failed: the connection's state is unknown
 	ended   bool      // ReadyForQuery seen
 	granted time.Time // when the turn's statement completed
+	queued  bool      // the turn's answer: it had to queue for the turn
 }
 
 // Next reads up to the claim's next row; at the end of the rows it reads
@@ -216,6 +225,9 @@ func (r *turnRows) Next() bool {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.DataRow:
+			if r.done == 0 && len(m.Values) == 1 {
+				r.queued = string(m.Values[0]) == "t" // text format
+			}
 			if r.done == 1 && r.err == nil {
 				// Valid until the next message is read: Scan (which
 				// copies) comes first.

@@ -447,3 +447,57 @@ func TestBusyPollsLeaveTheConnectionReady(t *testing.T) {
 		t.Fatalf("%d turn locks held after the poll committed (%v)", held, err)
 	}
 }
+
+// TestTurnClaimReportsQueueing: a claim that finds the table's claim turn
+// held by another claim reports that it queued for it; one that finds it
+// free reports that it did not (dialect.ClaimTurnReporter). The engine
+// claims with fewer workers while most claims queue (relay/share.go).
+func TestTurnClaimReportsQueueing(t *testing.T) {
+	pg, ctx, d, holder := oneRowTurnHeld(t)
+	reports := make(chan bool, 4)
+	var reporter dialect.ClaimTurnReporter = d
+	reporter.OnClaimTurn(func(q bool) { reports <- q })
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000f1", Limit: 10, Lease: time.Minute})
+		claimed <- err
+	}()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		if err := holder.QueryRow(ctx, turnWaiters, claimTurnSpace).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}, "the claim never waited for the turn")
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-claimed; err != nil {
+		t.Fatal(err)
+	}
+	if q := <-reports; !q {
+		t.Error("a claim that waited for the turn reported that it did not queue")
+	}
+
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('turns', '{}')`)
+	msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000f2", Limit: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 {
+		t.Fatalf("claimed %d rows, want 1", len(msgs))
+	}
+	if q := <-reports; q {
+		t.Error("a claim that found the turn free reported that it queued")
+	}
+	// A poll tries the turn and skips when it is busy: it never queues,
+	// and reports nothing.
+	if _, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000f3", Limit: 10, Lease: time.Minute, Poll: true}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case q := <-reports:
+		t.Errorf("a poll reported queued=%v", q)
+	default:
+	}
+}
