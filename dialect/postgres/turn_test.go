@@ -58,6 +58,25 @@ const turnWaiters = `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' A
 	AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 	AND classid::bigint = $1 AND objid = 'outbox'::regclass::oid`
 
+// claimBehind starts a claim with token while holder holds the claim turn,
+// and returns once the claim waits for it; the channel has its result.
+func claimBehind(t *testing.T, ctx context.Context, d *Dialect, holder pgx.Tx, token string) <-chan error {
+	t.Helper()
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := d.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 10, Lease: time.Minute})
+		claimed <- err
+	}()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		if err := holder.QueryRow(ctx, turnWaiters, claimTurnSpace).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}, "the claim never waited for the turn")
+	return claimed
+}
+
 // TestTurnClaimCancelledWhileWaiting: a claim whose context ends while it
 // waits for the table's turn returns at once, and its statement is
 // cancelled on the server. Giving up on the socket alone (pgx's default)
@@ -225,18 +244,7 @@ func TestTurnWaitIsObserved(t *testing.T) {
 	_, ctx, d, holder := oneRowTurnHeld(t)
 	waits := make(chan time.Duration, 4)
 	d.ObserveTurnWait(func(w time.Duration) { waits <- w })
-	claimed := make(chan error, 1)
-	go func() {
-		_, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000e1", Limit: 10, Lease: time.Minute})
-		claimed <- err
-	}()
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		var n int
-		if err := holder.QueryRow(ctx, turnWaiters, claimTurnSpace).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	}, "the claim never waited for the turn")
+	claimed := claimBehind(t, ctx, d, holder, "6f1c1a5e-0000-4000-8000-0000000000e1")
 	const held = 300 * time.Millisecond
 	time.Sleep(held)
 	if err := holder.Commit(ctx); err != nil {
@@ -457,18 +465,7 @@ func TestTurnClaimReportsQueueing(t *testing.T) {
 	reports := make(chan bool, 4)
 	var reporter dialect.ClaimTurnReporter = d
 	reporter.OnClaimTurn(func(q bool) { reports <- q })
-	claimed := make(chan error, 1)
-	go func() {
-		_, err := d.Claim(ctx, dialect.ClaimParams{Token: "6f1c1a5e-0000-4000-8000-0000000000f1", Limit: 10, Lease: time.Minute})
-		claimed <- err
-	}()
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		var n int
-		if err := holder.QueryRow(ctx, turnWaiters, claimTurnSpace).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	}, "the claim never waited for the turn")
+	claimed := claimBehind(t, ctx, d, holder, "6f1c1a5e-0000-4000-8000-0000000000f1")
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
