@@ -310,10 +310,10 @@ func (e *Engine) turnQueued(queued bool) {
 	from, to := e.share.report(queued)
 	switch {
 	case to < from:
-		e.log.Info("claim turn saturated by several relays: fewer workers claim",
+		e.log.Info(LogFewerWorkers,
 			"claiming_workers", to, "inflight_batches", e.opt.InflightBatches)
 	case to > from:
-		e.log.Info("claim turn has room again: more workers claim",
+		e.log.Info(LogMoreWorkers,
 			"claiming_workers", to, "inflight_batches", e.opt.InflightBatches)
 	default:
 		return

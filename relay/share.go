@@ -39,6 +39,13 @@ type turnShare struct {
 	holdoff int           // turn claims at the full count before the next halving
 }
 
+// The log messages of a change in the count of claiming workers; the
+// benchmark counts them in the replicas' logs (internal/bench).
+const (
+	LogFewerWorkers = "claim turn saturated by several relays: fewer workers claim"
+	LogMoreWorkers  = "claim turn has room again: more workers claim"
+)
+
 const (
 	// shareSpan is the span of the moving average, in turn claims.
 	shareSpan = 32

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/queuebox/queuebox/relay"
 )
 
 // replica is one `queuebox run` process.
@@ -199,9 +201,9 @@ func (r *replica) scan(stderr interface{ Read([]byte) (int, error) }) {
 		switch {
 		case strings.Contains(line, "relay started"):
 			once.Do(func() { r.startAt = time.Now(); close(r.started) })
-		case strings.Contains(line, "fewer workers claim"):
+		case strings.Contains(line, relay.LogFewerWorkers):
 			r.fewer.Add(1)
-		case strings.Contains(line, "more workers claim"):
+		case strings.Contains(line, relay.LogMoreWorkers):
 			r.more.Add(1)
 		}
 		r.mu.Lock()
@@ -297,12 +299,12 @@ func readProc(pid int) procStat {
 	return st
 }
 
-// databaseCPU is the CPU time and the minor page faults of every process
+// databaseUsage is the CPU time and the minor page faults of every process
 // named postgres on this machine (server, backends, background workers):
 // what a drain cost the database, when it is local. Processes that exited
 // between two readings (autovacuum workers) are missed; zero when no
 // PostgreSQL runs here.
-func databaseCPU() (total time.Duration, faults uint64) {
+func databaseUsage() (total time.Duration, faults uint64) {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		comm, err := os.ReadFile(d + "/comm")

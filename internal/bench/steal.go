@@ -26,7 +26,7 @@ type hostMeter struct {
 }
 
 func startHostMeter() hostMeter {
-	db, dbFaults := databaseCPU()
+	db, dbFaults := databaseUsage()
 	return hostMeter{db: db, dbFaults: dbFaults, faults: readPageFaults(), cpu: readCPUTimes()}
 }
 
@@ -58,7 +58,7 @@ type hostCost struct {
 // stop returns what the machine spent since the start.
 func (m hostMeter) stop() hostCost {
 	now := readCPUTimes()
-	db, dbFaults := databaseCPU()
+	db, dbFaults := databaseUsage()
 	c := hostCost{db: db - m.db, steal: stealPercent(m.cpu, now), busy: busyPercent(m.cpu, now)}
 	if dbFaults > m.dbFaults {
 		c.dbFaults = dbFaults - m.dbFaults
