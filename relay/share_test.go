@@ -1,6 +1,10 @@
 package relay
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+)
 
 // feed reports n claims, queued or not, and returns the worker count after
 // the last one and how many times it changed.
@@ -127,5 +131,22 @@ func TestTurnShareBacksOffFromSwinging(t *testing.T) {
 	untilChange(t, s, false, 4*maxHoldoff)
 	if n := untilChange(t, s, true, 4*maxHoldoff); n > 2*shareSpan {
 		t.Fatalf("after a long spell the next halving took %d claims, want at most %d", n, 2*shareSpan)
+	}
+}
+
+// TestOperationsQuotesTheLogLines: docs/operations.md tells an operator
+// which log lines mean that the claim turn is saturated, and quotes them;
+// a reworded message must not leave the guide quoting one the relay no
+// longer writes.
+func TestOperationsQuotesTheLogLines(t *testing.T) {
+	b, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(b)), " ") // quotes wrap across lines
+	for _, line := range []string{LogFewerWorkers, LogMoreWorkers} {
+		if !strings.Contains(text, "`"+line+"`") {
+			t.Errorf("docs/operations.md does not quote the log line %q", line)
+		}
 	}
 }
