@@ -34,6 +34,10 @@ func newOpWorld(t *testing.T, onDead string) *opWorld {
 	pg := testenv.Postgres(t)
 	cfg := "database:\n  type: postgresql\n  url: \"" + pg.URL + "\"\n" +
 		"relay:\n  onDead: " + onDead + "\n" +
+		// No management address: stats would otherwise ask whatever relay
+		// listens on the default one (a developer's own, say) for its
+		// circuits, and the output would depend on it.
+		"server:\n  listen: \"\"\n" +
 		"destinations:\n  hooks:\n    type: http\n    url: http://127.0.0.1:1/hooks/{{ topic }}\n" +
 		"routes:\n  - topicPattern: \"**\"\n    destination: hooks\n"
 	return &opWorld{pool: pg.Pool, config: writeConfig(t, cfg)}
