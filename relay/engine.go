@@ -230,7 +230,12 @@ func (e *Engine) worker(ctx context.Context, id int) {
 	for ctx.Err() == nil {
 		if id >= e.share.workers() {
 			// Left out while the claim turn is saturated (turnShare);
-			// back, it claims at once.
+			// back, it claims at once. Fresh from arming, it owed the
+			// table one more claim (ArmFresh): a worker that still claims
+			// makes it.
+			if armed {
+				e.wakeAll()
+			}
 			e.sitOut(ctx, log, id)
 			empty, armed = 0, false
 			continue
@@ -241,6 +246,12 @@ func (e *Engine) worker(ctx context.Context, id int) {
 		// producers that did not notify.
 		n, full, pause, err := e.runBatch(ctx, log, empty > 0 && !armed)
 		armed = false
+		if n > 0 && id >= e.share.workers() {
+			// This batch's claim left this worker out (turnShare): the
+			// keys it held are free again, and the workers that still
+			// claim may be asleep, their polls backed off.
+			e.wakeAll()
+		}
 		if pause > 0 {
 			// Every row of the batch was deferred: its destination is
 			// down. Claiming again at once would take the same rows on a
