@@ -139,9 +139,13 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 		d := cfg.Destinations[name]
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		dest, err := openDestination(dctx, name, d, cfg, log)
+		warning := ""
 		if err == nil {
 			if c, ok := dest.(destination.Checker); ok {
 				err = c.Check(dctx)
+			}
+			if s, ok := dest.(streamWarner); ok && err == nil {
+				warning = s.StreamWarning(dctx)
 			}
 			_ = dest.Close()
 		}
@@ -150,6 +154,9 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 			report(false, "destination %s (%s): %s", name, d.Type, redact.String(err.Error(), secrets...))
 		} else {
 			report(true, "destination %s (%s) reachable", name, d.Type)
+		}
+		if warning != "" {
+			fmt.Fprintf(w, "warn  %s\n", redact.String(warning, secrets...))
 		}
 	}
 	if failed {

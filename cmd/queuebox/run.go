@@ -256,7 +256,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer rt.Close()
-	rt.warnDuplicateWindow(ctx)
+	rt.warnDestinations(ctx)
 
 	var srv *http.Server
 	if cfg.Server.Listen != "" {
@@ -300,6 +300,29 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 // message id within a window (JetStream streams).
 type duplicateWindower interface {
 	DuplicateWindow(ctx context.Context) (time.Duration, error)
+}
+
+// streamWarner is implemented by destinations that can tell whether their
+// messages have somewhere to be stored (JetStream: a stream covering the
+// subject).
+type streamWarner interface {
+	StreamWarning(ctx context.Context) string
+}
+
+// warnDestinations logs, at the relay's start, what a destination cannot
+// confirm about where its messages go (streamWarner), and a JetStream
+// duplicate window too short for the redeliveries the relay may make.
+func (rt *relayRuntime) warnDestinations(ctx context.Context) {
+	for name, d := range rt.dests {
+		if s, ok := d.(streamWarner); ok {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if w := s.StreamWarning(cctx); w != "" {
+				rt.log.Warn(w, "destination", name)
+			}
+			cancel()
+		}
+	}
+	rt.warnDuplicateWindow(ctx)
 }
 
 // warnDuplicateWindow warns when a redelivery after a crash (up to lease +

@@ -715,6 +715,31 @@ func (d *Destination) Check(ctx context.Context) error {
 	return nil
 }
 
+// StreamWarning says what the destination cannot know about where its
+// messages will be stored, and the fix; "" when nothing is in doubt. With
+// stream set, New has checked (or created) the stream. Without it, a
+// static subject is looked up: no stream covering it means every publish
+// fails, each row is retried and then dead. A subject template cannot be
+// checked at all: a row whose subject no stream covers fails the same way,
+// and only at its first publish. `queuebox check` and the relay's start
+// print it.
+func (d *Destination) StreamWarning(ctx context.Context) string {
+	if d.stream != "" {
+		return ""
+	}
+	if !d.subject.Static() {
+		return fmt.Sprintf("nats destination %q: subject %q is a template and no stream is set, so nothing checks that a JetStream stream covers the subjects it renders; a row whose subject no stream covers is retried, then dead. Set stream (and createStream: true with streamSubjects to have the relay create it)", d.name, d.subject.String())
+	}
+	_, err := d.js.StreamNameBySubject(ctx, d.subject.String())
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Sprintf("nats destination %q: no JetStream stream covers subject %q: every publish will fail, and each row be retried, then dead. Create a stream for it, or set stream and createStream: true", d.name, d.subject.String())
+	}
+	return fmt.Sprintf("nats destination %q: could not look up the stream of subject %q: %v", d.name, d.subject.String(), err)
+}
+
 // DuplicateWindow returns the duplicate window of the configured stream, or
 // of the stream covering the subject when the subject is static. The engine
 // warns when it is shorter than lease + longest backoff: a redelivery after

@@ -393,3 +393,36 @@ func TestServerRestart(t *testing.T) {
 		t.Fatalf("stream has %d messages after restart, want the one from before and the new one", info.State.Msgs)
 	}
 }
+
+// TestStreamWarning: what `queuebox check` and the relay's start say about
+// where the messages will be stored. A static subject that no stream covers
+// is named (every publish would fail); a subject template without a stream
+// cannot be checked, and says so with the fix; a covered static subject and
+// a configured stream raise nothing.
+func TestStreamWarning(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	prefix := testenv.UniqueName("qbt")
+	ctx := testenv.Context(t, 10*time.Second)
+
+	uncovered := newDest(t, natsdest.Options{Servers: []string{url}, Subject: prefix + ".nowhere"})
+	if w := uncovered.StreamWarning(ctx); !strings.Contains(w, `no JetStream stream covers subject "`+prefix+`.nowhere"`) || !strings.Contains(w, "createStream") {
+		t.Errorf("static subject no stream covers: warning %q", w)
+	}
+	template := newDest(t, natsdest.Options{Servers: []string{url}, Subject: prefix + ".{{ topic }}"})
+	if w := template.StreamWarning(ctx); !strings.Contains(w, "is a template and no stream is set") || !strings.Contains(w, "Set stream") {
+		t.Errorf("subject template without a stream: warning %q", w)
+	}
+
+	name := strings.ToUpper(prefix)
+	js, _ := testenv.NATSStreamConfig(t, url, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".>"}})
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	covered := newDest(t, natsdest.Options{Servers: []string{url}, Subject: prefix + ".orders"})
+	if w := covered.StreamWarning(ctx); w != "" {
+		t.Errorf("static subject a stream covers: warning %q, want none", w)
+	}
+	named := newDest(t, natsdest.Options{Servers: []string{url}, Subject: prefix + ".{{ topic }}", Stream: name})
+	if w := named.StreamWarning(ctx); w != "" {
+		t.Errorf("stream set: warning %q, want none", w)
+	}
+}
