@@ -64,6 +64,17 @@ type Stats struct {
 	OldestPendingAge time.Duration    // age of the oldest due pending row (database clock); 0 when none
 	Backlog          []TopicBacklog   // pending rows per topic, largest first
 	HeldKeys         []HeldKey        // keys whose head is dead while later rows wait (onDead: hold)
+	// Processing describes the rows being delivered, when the dialect reads
+	// it (PostgreSQL); nil otherwise.
+	Processing *ProcessingStats
+}
+
+// ProcessingStats describes the processing rows: claimed by a relay, being
+// published. A row whose relay crashed stays processing, and holds its key,
+// until its lease expires and a relay's reaper returns it to pending.
+type ProcessingStats struct {
+	OldestClaimAge time.Duration // since the oldest processing row was claimed (database clock); 0 when none
+	ExpiredLeases  int64         // processing rows whose lease has expired: waiting for a reaper
 }
 
 // CountsByState is Stats.ByState for the four counts of a stats

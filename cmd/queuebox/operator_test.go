@@ -236,6 +236,8 @@ func TestStatsJSON(t *testing.T) {
 			DeadID  string `json:"deadId"`
 			Waiting int64  `json:"waiting"`
 		} `json:"heldKeys"`
+		OldestProcessingAgeSeconds *float64 `json:"oldestProcessingAgeSeconds"`
+		ExpiredLeases              *int64   `json:"expiredLeases"`
 	}
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
@@ -250,6 +252,9 @@ func TestStatsJSON(t *testing.T) {
 	}
 	if len(st.Backlog) != 2 || st.Backlog[0].Topic != "order.created" || st.Backlog[0].Pending != 2 {
 		t.Errorf("backlog %+v", st.Backlog)
+	}
+	if st.OldestProcessingAgeSeconds == nil || *st.OldestProcessingAgeSeconds != 0 || st.ExpiredLeases == nil || *st.ExpiredLeases != 0 {
+		t.Errorf("no processing rows: oldestProcessingAgeSeconds %v, expiredLeases %v, want 0 and 0", st.OldestProcessingAgeSeconds, st.ExpiredLeases)
 	}
 	if len(st.HeldKeys) != 1 || st.HeldKeys[0].Key != "K" || st.HeldKeys[0].DeadID != dead[0] || st.HeldKeys[0].Waiting != 1 {
 		t.Errorf("held keys %+v", st.HeldKeys)
@@ -266,6 +271,42 @@ func TestStatsJSON(t *testing.T) {
 	code, out, _ = w.cli(t, "stats", "-o", "json")
 	if code != 0 || !strings.Contains(out, `"heldKeys": []`) {
 		t.Errorf("after release (exit %d): %s", code, out)
+	}
+}
+
+// TestStatsShowsWhatProcessingRowsHold: a relay killed mid-publish leaves
+// its rows processing, and their keys' later rows wait until the lease
+// expires and a reaper returns them. stats says how old the oldest claim is
+// and how many leases have expired, so that an operator sees what the
+// backlog waits for.
+func TestStatsShowsWhatProcessingRowsHold(t *testing.T) {
+	w := newOpWorld(t, "release")
+	ctx := context.Background()
+	if _, err := w.pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, state, claimed_at, lease_expires_at, claim_token)
+		VALUES ('order.created', 'A', '{}', 'processing', now() - interval '40 seconds', now() - interval '10 seconds', gen_random_uuid()),
+		       ('order.created', 'B', '{}', 'processing', now() - interval '5 seconds', now() + interval '25 seconds', gen_random_uuid()),
+		       ('order.created', 'C', '{}', 'processing', now() - interval '35 seconds', now() - interval '5 seconds', gen_random_uuid()),
+		       ('order.created', 'A', '{}', 'pending', NULL, NULL, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := w.cli(t, "stats", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var st struct {
+		OldestProcessingAgeSeconds float64 `json:"oldestProcessingAgeSeconds"`
+		ExpiredLeases              int64   `json:"expiredLeases"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("stats JSON: %v\n%s", err, out)
+	}
+	if st.OldestProcessingAgeSeconds < 39 || st.OldestProcessingAgeSeconds > 60 || st.ExpiredLeases != 2 {
+		t.Errorf("oldestProcessingAgeSeconds %v, expiredLeases %d; want about 40 and 2\n%s", st.OldestProcessingAgeSeconds, st.ExpiredLeases, out)
+	}
+	code, out, _ = w.cli(t, "stats")
+	if code != 0 || !strings.Contains(out, "oldest processing row: claimed 4") ||
+		!strings.Contains(out, "2 with an expired lease") || !strings.Contains(out, "relay.reapInterval, 5s") {
+		t.Errorf("stats table (exit %d) does not say what the processing rows hold:\n%s", code, out)
 	}
 }
 

@@ -23,6 +23,12 @@ type statsJSON struct {
 	OldestPendingAgeSeconds float64          `json:"oldestPendingAgeSeconds"`
 	Backlog                 []backlogJSON    `json:"backlog"`
 	HeldKeys                []heldKeyJSON    `json:"heldKeys"`
+	// OldestProcessingAgeSeconds (since the oldest processing row was
+	// claimed) and ExpiredLeases (processing rows whose lease has expired)
+	// describe the rows being delivered; absent when the dialect does not
+	// read them (SQL Server).
+	OldestProcessingAgeSeconds *float64 `json:"oldestProcessingAgeSeconds,omitempty"`
+	ExpiredLeases              *int64   `json:"expiredLeases,omitempty"`
 	// Circuits are the destinations' circuit breakers of the relay at
 	// server.listen (or --relay), when one answers; absent otherwise.
 	Circuits map[string]string `json:"circuits,omitempty"`
@@ -57,7 +63,13 @@ wait behind it.
 --output json prints {"states": {"pending": n, "processing": n, "sent": n,
 "dead": n}, "oldestPendingAgeSeconds": s, "backlog": [{"topic", "pending",
 "oldestPendingAgeSeconds"}], "heldKeys": [{"key", "deadId", "waiting"}],
+"oldestProcessingAgeSeconds": s, "expiredLeases": n,
 "circuits": {"<destination>": "closed"|"open"|"half-open"}}.
+
+A processing row (claimed, being published) holds its key. One whose relay
+crashed stays processing until its lease expires and a relay returns it to
+pending (relay.lease, then relay.reapInterval): "oldest processing row" and
+the expired leases say whether that is what the key's later rows wait for.
 
 The circuit breakers live in each relay process, not in the table: stats asks
 the relay at server.listen of the config (or --relay host:port) for them, and
@@ -87,6 +99,10 @@ leaves them out when none answers within a second.`,
 				Backlog:                 make([]backlogJSON, len(st.Backlog)),
 				HeldKeys:                make([]heldKeyJSON, len(st.HeldKeys)),
 			}
+			if p := st.Processing; p != nil {
+				age := p.OldestClaimAge.Seconds()
+				js.OldestProcessingAgeSeconds, js.ExpiredLeases = &age, &p.ExpiredLeases
+			}
 			for i, b := range st.Backlog {
 				js.Backlog[i] = backlogJSON{Topic: b.Topic, Pending: b.Pending, OldestPendingAgeSeconds: b.OldestPendingAge.Seconds()}
 			}
@@ -100,7 +116,7 @@ leaves them out when none answers within a second.`,
 			if output == "json" {
 				return printJSON(cmd.OutOrStdout(), js)
 			}
-			return printStats(cmd.OutOrStdout(), js, odb.cfg.Relay.OnDead == "hold")
+			return printStats(cmd.OutOrStdout(), js, odb.cfg.Relay.OnDead == "hold", odb.cfg.Relay.ReapInterval.D())
 		},
 	}
 	f := cmd.Flags()
@@ -111,13 +127,21 @@ leaves them out when none answers within a second.`,
 	return cmd
 }
 
-func printStats(w io.Writer, st statsJSON, hold bool) error {
+func printStats(w io.Writer, st statsJSON, hold bool, reapInterval time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tROWS")
 	for _, s := range []string{"pending", "processing", "sent", "dead"} {
 		fmt.Fprintf(tw, "%s\t%d\n", s, st.States[s])
 	}
 	fmt.Fprintf(tw, "\noldest due pending row: %s\n", age(st.OldestPendingAgeSeconds))
+	if st.OldestProcessingAgeSeconds != nil && st.States["processing"] > 0 {
+		// A processing row holds its key: the key's later rows wait for it.
+		fmt.Fprintf(tw, "oldest processing row: claimed %s ago", age(*st.OldestProcessingAgeSeconds))
+		if n := *st.ExpiredLeases; n > 0 {
+			fmt.Fprintf(tw, "; %d with an expired lease (their relay stopped renewing: a relay returns them to pending within relay.reapInterval, %s)", n, reapInterval)
+		}
+		fmt.Fprintln(tw)
+	}
 	if len(st.Backlog) > 0 {
 		fmt.Fprintln(tw, "\nTOPIC\tPENDING\tOLDEST_DUE")
 		for _, b := range st.Backlog {

@@ -34,11 +34,14 @@ func (d *Dialect) Stats(ctx context.Context, p dialect.StatsParams) (dialect.Sta
 	var (
 		st                            dialect.Stats
 		pending, processing, sent, dd int64
-		oldest                        float64
+		oldest, oldestClaim           float64
+		expired                       int64
 	)
-	if err := d.pool.QueryRow(ctx, d.queries["stats_counts"], !p.WithoutSent).Scan(&pending, &processing, &sent, &dd, &oldest); err != nil {
+	if err := d.pool.QueryRow(ctx, d.queries["stats_counts"], !p.WithoutSent).Scan(&pending, &processing, &sent, &dd, &oldest,
+		&oldestClaim, &expired); err != nil {
 		return st, interpretError("stats_counts", err)
 	}
+	st.Processing = &dialect.ProcessingStats{OldestClaimAge: seconds(oldestClaim), ExpiredLeases: expired}
 	st.ByState = dialect.CountsByState(pending, processing, sent, dd)
 	if p.WithoutSent {
 		delete(st.ByState, string(outbox.StateSent))
