@@ -88,7 +88,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			maxAttempts = e.opt.MaxAttempts
 		}
 		attempt := m.Attempt + 1
-		attrs := []any{"id", m.ID, "topic", m.Topic, "key", m.Key, "destination", o.dest, "attempt", m.Attempt}
+		attrs := []any{"id", m.ID, "topic", m.Topic, "key", m.Key, "destination", o.dest, "attempt", attempt} // as the row records it
 		switch {
 		case o.deferred && !permanent:
 			// The destination is down, not the row: wait without spending
