@@ -51,7 +51,7 @@ func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*p
 	}
 	pc, err := pgxpool.ParseConfig(cfg.Database.URL)
 	if err != nil {
-		return nil, fmt.Errorf("database.url is not a valid PostgreSQL connection string: %s", redact.String(err.Error(), cfg.Database.URL))
+		return nil, fmt.Errorf("database.url is not a valid PostgreSQL connection string: %s; write it as postgres://user@host:5432/dbname (the password after user:), or as key=value pairs (host=… dbname=…)", redact.String(err.Error(), cfg.Database.URL))
 	}
 	pc.MaxConns = poolSize(cfg)
 	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > connectTimeout {

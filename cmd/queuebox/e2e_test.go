@@ -411,6 +411,7 @@ routes:
 		{"unknown destination", []string{"run", "--config", write("route.yaml", strings.Replace(good, "destination: hooks", "destination: hookz", 1))}, 1, `no destination "hookz"`},
 		{"unreachable database", []string{"run", "--config", write("db.yaml", good)}, 1, "cannot reach the database at 127.0.0.1:1"},
 		{"another database's URL", []string{"run", "--config", write("mysql.yaml", strings.Replace(good, "postgres://postgres@127.0.0.1:1/postgres", "mysql://root:pw@127.0.0.1:3306/app", 1))}, 1, "database.url is a mysql:// URL; database.type postgresql needs postgres://"},
+		{"not a URL", []string{"run", "--config", write("nourl.yaml", strings.Replace(good, "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2", "db.internal:5432/app", 1))}, 1, "write it as postgres://user@host:5432/dbname"},
 		{"unknown role", []string{"run", "--config", write("role.yaml", strings.Replace(good, "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2", pgURLAs(t, "qb_no_such_role"), 1))}, 1, `does not let user "qb_no_such_role" in`},
 		{"missing config", []string{"run"}, 2, "--config"},
 		{"unknown command", []string{"runn"}, 2, "unknown command"},

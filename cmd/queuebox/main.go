@@ -38,14 +38,18 @@ func main() {
 func execute(ctx context.Context, args []string) int {
 	root := newRootCmd()
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
 	fmt.Fprintln(root.ErrOrStderr(), "queuebox:", err)
 	var ue usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintln(root.ErrOrStderr(), "Run 'queuebox --help' for usage.")
+		path := root.CommandPath()
+		if cmd != nil {
+			path = cmd.CommandPath() // the usage of the command that refused, e.g. queuebox replay
+		}
+		fmt.Fprintf(root.ErrOrStderr(), "Run '%s --help' for usage.\n", path)
 		return 2
 	}
 	return 1

@@ -149,8 +149,8 @@ func TestReplayByTopic(t *testing.T) {
 	w.insertDead(t, "order.created", "k2")
 
 	code, _, errOut := w.cli(t, "replay")
-	if code != 2 || !strings.Contains(errOut, "needs a selector") {
-		t.Fatalf("replay without selector: exit %d, %s", code, errOut)
+	if code != 2 || !strings.Contains(errOut, "needs a selector") || !strings.Contains(errOut, "Run 'queuebox replay --help' for usage.") {
+		t.Fatalf("replay without selector: exit %d, %s (want the selector named, and the usage of replay pointed at)", code, errOut)
 	}
 	for _, bad := range [][]string{
 		{"replay", "--state", "pending", "--key", "k"},
