@@ -130,8 +130,9 @@ type Engine struct {
 	policy   *claimPolicy
 	share    *turnShare // how many workers claim (turnShare)
 
-	armFailing atomic.Bool  // Options.Arm failed last time (logged once)
-	awake      atomic.Int32 // workers not asleep after an empty claim (Options.Arm)
+	armFailing atomic.Bool   // Options.Arm failed last time (logged once)
+	claimFails claimFailures // the log of failed claims
+	awake      atomic.Int32  // workers not asleep after an empty claim (Options.Arm)
 	wakeMu     sync.Mutex
 	wakeCh     chan struct{} // closed and replaced to wake every idle worker
 }
@@ -246,6 +247,9 @@ func (e *Engine) worker(ctx context.Context, id int) {
 		// producers that did not notify.
 		n, full, pause, err := e.runBatch(ctx, log, empty > 0 && !armed)
 		armed = false
+		if err == nil {
+			e.claimFails.ok(e.log)
+		}
 		if n > 0 && id >= e.share.workers() {
 			// This batch's claim left this worker out (turnShare): the
 			// keys it held are free again, and the workers that still
@@ -266,7 +270,7 @@ func (e *Engine) worker(ctx context.Context, id int) {
 			if ctx.Err() != nil {
 				return
 			}
-			log.Error("claim failed; retrying", "err", err, "retry_in", e.idleWait(id, empty))
+			e.claimFails.failed(e.log, err, e.idleWait(id, empty))
 		case full:
 			// A full batch: more rows are probably ready. Claim again at
 			// once, and let idle siblings help, unless their last claims
