@@ -662,7 +662,7 @@ func (d *Destination) classify(err error, subj string, size int) error {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("nats destination %q: no JetStream stream covers subject %q; create a stream or set createStream: %w", d.name, subj, err)
+		return fmt.Errorf("nats destination %q: no JetStream stream covers subject %q; create a stream that covers it, or set stream, createStream: true and streamSubjects covering it (rows that die meanwhile: queuebox replay): %w", d.name, subj, err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return outbox.Permanent(fmt.Errorf("nats destination %q: message of %d bytes exceeds the server's max_payload of %d bytes: %w", d.name, size, d.nc.MaxPayload(), err))
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:

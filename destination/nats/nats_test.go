@@ -195,7 +195,7 @@ func TestNoStreamIsRetryable(t *testing.T) {
 	if !errors.Is(e, jetstream.ErrNoStreamResponse) {
 		t.Errorf("error does not wrap jetstream.ErrNoStreamResponse: %v", e)
 	}
-	want := `no JetStream stream covers subject "` + subj + `"; create a stream or set createStream`
+	want := `no JetStream stream covers subject "` + subj + `"; create a stream that covers it, or set stream, createStream: true and streamSubjects`
 	if !strings.Contains(e.Error(), want) {
 		t.Errorf("error %q does not contain %q", e, want)
 	}
