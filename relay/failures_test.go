@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queuebox/queuebox/internal/testenv"
 )
 
 // TestClaimFailuresLogOncePerSpell: through an outage the failed claims log
@@ -13,7 +15,7 @@ import (
 // count, and the first claim that works logs the end of the spell; a
 // later outage starts again with a line of its own.
 func TestClaimFailuresLogOncePerSpell(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	f := &claimFailures{now: func() time.Time { return now }}

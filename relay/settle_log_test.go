@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/internal/testenv"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -57,24 +57,6 @@ type failDest struct{}
 func (failDest) Publish(context.Context, []outbox.Message) error { return errors.New("broker said no") }
 func (failDest) Close() error                                    { return nil }
 
-// syncBuffer is a bytes.Buffer safe for the engine's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestDeadLogSaysTheAttemptTheRowRecords: the log line of a row that dies
 // names the attempt the row is marked dead with (the one that just failed,
 // as `dead list` shows it), not the count before it: an operator reading
@@ -82,7 +64,7 @@ func (s *syncBuffer) String() string {
 // fifth attempt that never happened.
 func TestDeadLogSaysTheAttemptTheRowRecords(t *testing.T) {
 	db := &oneRowDialect{}
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	e, err := New(db, oneRouter{}, map[string]destination.Destination{"d": failDest{}}, Options{
 		BatchSize: 10, InflightBatches: 1, PollInterval: 10 * time.Millisecond, MaxPollInterval: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})

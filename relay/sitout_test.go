@@ -73,11 +73,12 @@ func (d *saturatedDialect) Complete(_ context.Context, p dialect.CompleteParams)
 	return int64(len(p.IDs)), nil
 }
 
-// runWorkerOne runs worker 1 of e alone, as if worker 0 were asleep in its
+// awaitWake runs worker 1 of e alone, as if worker 0 were asleep in its
 // poll (counted asleep), with a turn saturated long enough that the next
-// queued report halves the count; it returns the channel worker 0 sleeps on
-// and a stop function.
-func runWorkerOne(t *testing.T, e *Engine) (<-chan struct{}, func()) {
+// queued report halves the count, and fails with failure unless the channel
+// worker 0 sleeps on is closed within 5 s. Worker 1 has stopped when it
+// returns.
+func awaitWake(t *testing.T, e *Engine, db *saturatedDialect, failure string) {
 	t.Helper()
 	e.share.queued, e.share.since = 1, 100
 	e.awake.Store(1)
@@ -85,9 +86,12 @@ func runWorkerOne(t *testing.T, e *Engine) (<-chan struct{}, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.worker(ctx, 1); close(done) }()
-	stop := func() { cancel(); <-done }
-	t.Cleanup(stop)
-	return wake, stop
+	defer func() { cancel(); <-done }()
+	select {
+	case <-wake:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: %v", failure, db.log())
+	}
 }
 
 // TestLeftOutAfterAFreshArmingWakesTheOthers: the last worker to fall idle
@@ -112,14 +116,7 @@ func TestLeftOutAfterAFreshArmingWakesTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wake, stop := runWorkerOne(t, e)
-	select {
-	case <-wake:
-	case <-time.After(5 * time.Second):
-		stop()
-		t.Fatalf("after a fresh arming the worker sat out, and nobody was woken to claim once more: %v", db.log())
-	}
-	stop()
+	awaitWake(t, e, db, "after a fresh arming the worker sat out, and nobody was woken to claim once more")
 	if ev := db.log(); !slices.Contains(ev, "arm=fresh") || e.share.workers() != 1 {
 		t.Fatalf("the scene did not play: events %v, %d workers", ev, e.share.workers())
 	}
@@ -135,14 +132,7 @@ func TestLeftOutAfterABatchWakesTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wake, stop := runWorkerOne(t, e)
-	select {
-	case <-wake:
-	case <-time.After(5 * time.Second):
-		stop()
-		t.Fatalf("left out after a batch with rows still ready, the worker woke nobody: %v", db.log())
-	}
-	stop()
+	awaitWake(t, e, db, "left out after a batch with rows still ready, the worker woke nobody")
 	if ev := db.log(); len(ev) == 0 || !strings.HasPrefix(ev[0], "claim=10") || e.share.workers() != 1 {
 		t.Fatalf("the scene did not play: events %v, %d workers", ev, e.share.workers())
 	}
