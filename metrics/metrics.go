@@ -44,6 +44,9 @@ type Metrics struct {
 	OldestPendingAge prometheus.Gauge
 	Dead             prometheus.Gauge
 	Processing       prometheus.Gauge
+	// OldestProcessingAge: since the oldest processing row was claimed
+	// (PostgreSQL; stays 0 where the dialect does not read it).
+	OldestProcessingAge prometheus.Gauge
 }
 
 var (
@@ -112,6 +115,8 @@ func New() *Metrics {
 			"Rows in state dead (refreshed on an interval)."),
 		OldestPendingAge: gauge("oldest_pending_age_seconds",
 			"Age of the oldest due pending row, 0 when none (refreshed on an interval)."),
+		OldestProcessingAge: gauge("oldest_processing_age_seconds",
+			"Time since the oldest processing row was claimed, 0 when none (refreshed on an interval)."),
 		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "retention_deleted_rows_total",
 			Help: "Rows deleted by retention, by state (sent, dead).",
@@ -125,7 +130,7 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.claimWorkers, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
-		m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified)
+		m.OldestProcessingAge, m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified)
 	// Every series with a fixed label set exists from the start, at zero,
 	// so that dashboards and alerts (rate(), absent()) see it before the
 	// first event.

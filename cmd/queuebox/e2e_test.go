@@ -515,3 +515,20 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("check output does not name the column and the fix %q:\n%s", want, out)
 	}
 }
+
+// TestProcessingAgeGauge: a relay reports, table-wide, how long ago the
+// oldest processing row was claimed, so that an alert sees a key held by a
+// row that another relay (here: one that died, its lease still running)
+// claimed long ago.
+func TestProcessingAgeGauge(t *testing.T) {
+	w := newWorld(t, 0)
+	if _, err := w.pg.Pool.Exec(context.Background(), `INSERT INTO outbox (topic, key, payload, state, claimed_at, lease_expires_at, claim_token)
+		VALUES ('hook.stuck', 'K', '{}', 'processing', now() - interval '90 seconds', now() + interval '1 hour', gen_random_uuid())`); err != nil {
+		t.Fatal(err)
+	}
+	p := startQueuebox(t, "run", "--config", w.config(t, ""))
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		v, ok := testenv.LookupMetric(testenv.Scrape(t, p.ManagementAddr()), "queuebox_oldest_processing_age_seconds")
+		return ok && v >= 89 && v < 200
+	}, "queuebox_oldest_processing_age_seconds never showed the row claimed 90 s ago")
+}

@@ -136,6 +136,9 @@ func (rt *relayRuntime) refreshBacklog(ctx context.Context) {
 			rt.metrics.Processing.Set(float64(st.ByState["processing"]))
 			rt.metrics.Dead.Set(float64(st.ByState["dead"]))
 			rt.metrics.OldestPendingAge.Set(st.OldestPendingAge.Seconds())
+			if st.Processing != nil {
+				rt.metrics.OldestProcessingAge.Set(st.Processing.OldestClaimAge.Seconds())
+			}
 		} else if ctx.Err() == nil {
 			rt.log.Warn("refreshing backlog metrics failed", "err", err)
 		}
