@@ -129,8 +129,8 @@ type DeadRow struct {
 	Key       string
 	Attempt   int
 	LastError string
-	UpdatedAt time.Time
-	Held      bool // later rows of its key are waiting on it
+	UpdatedAt time.Time // when it died; zero when the table has no updatedAt column
+	Held      bool      // later rows of its key are waiting on it
 }
 
 // ReplayParams select the rows to replay; the selectors combine with AND.

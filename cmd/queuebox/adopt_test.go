@@ -273,6 +273,19 @@ func TestAdoptTableOfAnotherShape(t *testing.T) {
 		out, _ := cmd.CombinedOutput()
 		return cmd.ProcessState.ExitCode(), string(out)
 	}
+	// dead list on a table without updated_at: no time to show, in the
+	// table ("-") or the JSON (absent).
+	for _, format := range []string{"table", "json"} {
+		cmd := exec.Command(binPath, "dead", "list", "--config", cfg, "--output", format)
+		cmd.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(string(out), deadID) || strings.Contains(string(out), "updatedAt") {
+			t.Fatalf("dead list --output %s on a table without updated_at: exit %d, want 0 listing %s without a time\n%s", format, code, deadID, out)
+		}
+		if format == "table" && !strings.Contains(string(out), "  -  ") {
+			t.Fatalf("dead list: want \"-\" for the missing time\n%s", out)
+		}
+	}
 	for _, bad := range []string{"0b6f0d8e-4c1a-4d7e-9a57-3f7f2b0c9e11", "99999999999999999999"} {
 		if code, out := replay("--id", bad); code != 2 || !strings.Contains(out, "not a 64-bit integer (the table's id column is bigint)") {
 			t.Fatalf("replay --id %s on a bigint id: exit %d, want 2 naming the id type\n%s", bad, code, out)

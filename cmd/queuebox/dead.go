@@ -106,8 +106,9 @@ type deadRowJSON struct {
 	Key       string    `json:"key"`
 	Attempt   int       `json:"attempt"`
 	LastError string    `json:"lastError"`
-	UpdatedAt time.Time `json:"updatedAt"`
-	Held      bool      `json:"held"`
+	// UpdatedAt is absent when the table has no updatedAt column.
+	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
+	Held      bool       `json:"held"`
 }
 
 func newDeadListCmd(g *globalFlags) *cobra.Command {
@@ -123,7 +124,8 @@ line, truncated in the table), updated_at (when the row died) and held (the
 row holds its key while later rows wait, relay.onDead: hold).
 
 --output json prints an array of objects with the fields id, topic, key,
-attempt, lastError (complete), updatedAt (RFC 3339) and held.`,
+attempt, lastError (complete), updatedAt (RFC 3339; absent, and "-" in the table,
+when the table has no updatedAt column) and held.`,
 		Example: `  queuebox dead list --topic 'order.**' --since 24h
   queuebox dead list --key customer-42 --output json`,
 		Args: noArgs,
@@ -154,7 +156,11 @@ attempt, lastError (complete), updatedAt (RFC 3339) and held.`,
 			if output == "json" {
 				js := make([]deadRowJSON, len(rows))
 				for i, r := range rows {
-					js[i] = deadRowJSON{ID: r.ID, Topic: r.Topic, Key: r.Key, Attempt: r.Attempt, LastError: r.LastError, UpdatedAt: r.UpdatedAt.UTC(), Held: r.Held}
+					js[i] = deadRowJSON{ID: r.ID, Topic: r.Topic, Key: r.Key, Attempt: r.Attempt, LastError: r.LastError, Held: r.Held}
+					if !r.UpdatedAt.IsZero() {
+						t := r.UpdatedAt.UTC()
+						js[i].UpdatedAt = &t
+					}
 				}
 				return printJSON(out, js)
 			}
@@ -185,8 +191,12 @@ func printDeadTable(w io.Writer, rows []dialect.DeadRow) error {
 		if r.Held {
 			held = "held"
 		}
+		updated := "-" // the table has no updatedAt column
+		if !r.UpdatedAt.IsZero() {
+			updated = r.UpdatedAt.UTC().Format(time.RFC3339)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, oneLine(r.Topic, 60), oneLine(r.Key, 40), r.Attempt,
-			oneLine(r.LastError, maxErrorWidth), r.UpdatedAt.UTC().Format(time.RFC3339), held)
+			oneLine(r.LastError, maxErrorWidth), updated, held)
 	}
 	return tw.Flush()
 }

@@ -133,8 +133,12 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 		var (
 			row          dialect.DeadRow
 			key, lastErr *string
+			updated      *time.Time // NULL without an updatedAt column (an adopted table)
 		)
-		err := r.Scan(&row.ID, &row.Topic, &key, &row.Attempt, &lastErr, &row.UpdatedAt, &row.Held)
+		err := r.Scan(&row.ID, &row.Topic, &key, &row.Attempt, &lastErr, &updated, &row.Held)
+		if updated != nil {
+			row.UpdatedAt = *updated
+		}
 		if key != nil {
 			row.Key = *key
 		}
