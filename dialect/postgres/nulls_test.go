@@ -365,3 +365,40 @@ func TestShortLastErrorColumnTakesCutErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestTypeFixesRun: the statement the table check prints for a column of
+// the wrong type is one PostgreSQL runs, on a table with rows in it, and
+// after it the check is satisfied. A sequence column of text once got
+// TYPE BIGSERIAL (not a type) and a bytea payload a cast to JSONB that
+// PostgreSQL does not have.
+func TestTypeFixesRun(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) VALUES ('t', '{"n": 1}')`)
+	pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN payload TYPE bytea USING convert_to(payload::text, 'UTF8')`)
+	pg.MustExec(t, ctx, `ALTER TABLE outbox ALTER COLUMN sequence TYPE text`)
+	plan, err := postgres.ResolveTable(ctx, pg.Pool, dialect.DefaultMapping(), postgres.ModeAuto, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := map[string]bool{}
+	for _, p := range plan.Problems {
+		if p.Column != dialect.ColPayload && p.Column != dialect.ColSequence {
+			t.Errorf("unexpected problem %+v", p)
+			continue
+		}
+		if _, err := pg.Pool.Exec(ctx, p.Fix); err != nil {
+			t.Fatalf("the fix for %s does not run: %s: %v", p.Column, p.Fix, err)
+		}
+		fixed[p.Column] = true
+	}
+	if !fixed[dialect.ColPayload] || !fixed[dialect.ColSequence] {
+		t.Fatalf("problems %+v: want one for payload and one for sequence", plan.Problems)
+	}
+	resolve(t, ctx, pg.Pool) // no problems left
+	var payload string
+	if err := pg.Pool.QueryRow(ctx, `SELECT payload->>'n' FROM outbox`).Scan(&payload); err != nil || payload != "1" {
+		t.Fatalf("the row's payload after the fix: %q, %v", payload, err)
+	}
+}

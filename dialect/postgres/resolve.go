@@ -171,7 +171,7 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		case spec.ddl != "" && !slices.Contains(spec.types, c.dataType):
 			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
 				What: fmt.Sprintf("column %s (%s) has type %s; want %s", phys, l, c.dataType, strings.Join(spec.types, " or ")),
-				Fix:  fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s;", table, QuoteIdent(phys), strings.Fields(spec.ddl)[0], QuoteIdent(phys), strings.Fields(spec.ddl)[0])})
+				Fix:  alterTypeFix(table, QuoteIdent(phys), c.dataType, spec.ddl)})
 		case l == dialect.ColLastError && c.maxLen > 0:
 			plan.LastErrorLen = c.maxLen
 			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (lastError) holds at most %d characters: the relay cuts its error texts (up to 1,024 characters) to that length; ALTER TABLE %s ALTER COLUMN %s TYPE TEXT keeps them whole",
@@ -202,7 +202,7 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		}
 		plan.IDUnique = unique
 		if !unique {
-			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (id) has no unique index; rows that share an id are claimed, settled and deduplicated as one message: ALTER TABLE %s ADD PRIMARY KEY (%s); (or CREATE UNIQUE INDEX ON %s (%s);)",
+			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (id) has no unique index; rows that share an id are claimed, settled and deduplicated as one message: CREATE UNIQUE INDEX ON %s (%s); (or, on a table without a primary key, ALTER TABLE %s ADD PRIMARY KEY (%s);)",
 				idCol, table, QuoteIdent(idCol), table, QuoteIdent(idCol)))
 		}
 	}
@@ -394,4 +394,20 @@ func stateCheck(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, args
 		return true
 	}
 	return allowed, len(defs) > 0, nil
+}
+
+// alterTypeFix is the statement that converts column col (quoted) of table
+// from type from to the type of ddl (a columnSpecs DDL). A serial type is
+// no type to convert to (BIGSERIAL is BIGINT with a sequence as default),
+// and bytea has no cast to text or JSON: its bytes are read as UTF-8.
+func alterTypeFix(table, col, from, ddl string) string {
+	to := strings.Fields(ddl)[0]
+	if to == "BIGSERIAL" {
+		to = "BIGINT"
+	}
+	using := col + "::" + to
+	if from == "bytea" {
+		using = "convert_from(" + col + ", 'UTF8')::" + to
+	}
+	return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s;", table, col, to, using)
 }
