@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -124,6 +125,9 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 				fix(a.Fix)
 			}
 		}
+		if pg, ok := postgresDialect(db.Dialect); ok {
+			checkStateValues(cctx, w, pg, cfg.Database.OutboxTable)
+		}
 		if pg, ok := postgresDialect(db.Dialect); ok && cfg.Relay.Notify.Channel != "" {
 			checkNotifyTrigger(cctx, w, pg, cfg.Relay.Notify.Channel, cfg.Relay.Notify.CreateTrigger, report, fix)
 		}
@@ -163,4 +167,23 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 		return errCheckFailed
 	}
 	return nil
+}
+
+// checkStateValues warns about rows whose state value no state of
+// database.states names: nothing would ever claim or count them.
+func checkStateValues(ctx context.Context, w io.Writer, pg *postgres.Dialect, table string) {
+	values, ok, err := pg.UnmappedStates(ctx)
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "warn  table %s: could not read the state values: %v\n", table, err)
+	case !ok:
+		fmt.Fprintf(w, "note  table %s: too large to compare every row's state with database.states within 5s; if rows do not move, compare SELECT <state column>, count(*) … GROUP BY 1 with the mapping\n", table)
+	}
+	for _, v := range values {
+		value := strconv.Quote(v.Value)
+		if v.Null {
+			value = "NULL"
+		}
+		fmt.Fprintf(w, "warn  table %s: %d rows have state %s, which no state of database.states names: nothing claims or counts them (a typo in database.states, or a value of the application's own: map it, or set those rows to a mapped one)\n", table, v.Rows, value)
+	}
 }

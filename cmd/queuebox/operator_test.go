@@ -450,3 +450,27 @@ func TestMigrateSQLBuildsWhatMigrateBuilds(t *testing.T) {
 		t.Fatalf("the table the script built differs from the migrated one:\n--- script\n%s\n--- migrate\n%s", got, want)
 	}
 }
+
+// TestCheckWarnsAboutUnmappedStateValues: rows whose state no state of
+// database.states names are never claimed and never counted; a mapping that
+// does not match the data would deliver nothing and say nothing. check
+// names the values and their rows.
+func TestCheckWarnsAboutUnmappedStateValues(t *testing.T) {
+	w := newOpWorld(t, "release")
+	if _, err := w.pool.Exec(context.Background(), `INSERT INTO outbox (topic, payload, state)
+		VALUES ('t', '{}', 'pending'), ('t', '{}', 'archived'), ('t', '{}', 'archived'), ('t', '{}', 'PENDING')`); err != nil {
+		t.Fatal(err)
+	}
+	_, out, _ := w.cli(t, "check")
+	for _, want := range []string{
+		`warn  table outbox: 2 rows have state "archived", which no state of database.states names`,
+		`warn  table outbox: 1 rows have state "PENDING", which no state of database.states names`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `state "pending"`) {
+		t.Errorf("check warned about a mapped value:\n%s", out)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/outbox"
@@ -333,4 +334,65 @@ func (d *Dialect) Purge(ctx context.Context, p dialect.PurgeParams) (int64, erro
 		return 0, nil
 	}
 	return d.exec(ctx, "purge", state, micros(p.OlderThan), p.Limit)
+}
+
+// unmappedTimeout bounds UnmappedStates: it reads the whole table.
+const unmappedTimeout = 5 * time.Second
+
+// StateCount is a value of the state column and its rows.
+type StateCount struct {
+	Value string // "" for NULL
+	Null  bool
+	Rows  int64
+}
+
+// UnmappedStates returns the values of the state column that no state of
+// the mapping names, with their rows, most rows first (at most 10). Rows
+// with such a value are neither pending nor any other state: nothing claims
+// them and stats does not count them, so a state mapping that does not
+// match the data (pending: "new" over rows that say 'NEW') delivers nothing
+// and says nothing. It reads the whole table, within unmappedTimeout:
+// `queuebox check` runs it, the relay does not. ok is false when the table
+// could not be read in time.
+func (d *Dialect) UnmappedStates(ctx context.Context) (values []StateCount, ok bool, err error) {
+	var mapped []string
+	for _, s := range []outbox.State{outbox.StatePending, outbox.StateProcessing, outbox.StateSent, outbox.StateDead} {
+		if v := d.mapping.State(s); v != "" {
+			mapped = append(mapped, v)
+		}
+	}
+	col, _ := d.mapping.Column(dialect.ColState)
+	q := fmt.Sprintf(`SELECT %[1]s::text, %[1]s IS NULL, count(*) FROM %[2]s
+		WHERE %[1]s IS NULL OR NOT (%[1]s::text = ANY($1::text[]))
+		GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 10`, QuoteIdent(col), d.mapping.Table(QuoteIdent))
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, false, interpretError("unmapped states", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", unmappedTimeout.Milliseconds())); err != nil {
+		return nil, false, interpretError("unmapped states", err)
+	}
+	rows, err := tx.Query(ctx, q, mapped)
+	if err == nil {
+		values, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StateCount, error) {
+			var (
+				c StateCount
+				v *string
+			)
+			err := r.Scan(&v, &c.Null, &c.Rows)
+			if v != nil {
+				c.Value = *v
+			}
+			return c, err
+		})
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "57014" { // query_canceled: the statement timeout
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, interpretError("unmapped states", err)
+	}
+	return values, true, nil
 }
