@@ -101,11 +101,11 @@ func newDeadCmd(g *globalFlags) *cobra.Command {
 
 // deadRowJSON is one element of `dead list --output json`.
 type deadRowJSON struct {
-	ID        string    `json:"id"`
-	Topic     string    `json:"topic"`
-	Key       string    `json:"key"`
-	Attempt   int       `json:"attempt"`
-	LastError string    `json:"lastError"`
+	ID        string `json:"id"`
+	Topic     string `json:"topic"`
+	Key       string `json:"key"`
+	Attempt   int    `json:"attempt"`
+	LastError string `json:"lastError"`
 	// UpdatedAt is absent when the table has no updatedAt column.
 	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
 	Held      bool       `json:"held"`
