@@ -127,9 +127,9 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 		}
 		if pg, ok := postgresDialect(db.Dialect); ok {
 			checkStateValues(cctx, w, pg, cfg.Database.OutboxTable)
-		}
-		if pg, ok := postgresDialect(db.Dialect); ok && cfg.Relay.Notify.Channel != "" {
-			checkNotifyTrigger(cctx, w, pg, cfg.Relay.Notify.Channel, cfg.Relay.Notify.CreateTrigger, report, fix)
+			if cfg.Relay.Notify.Channel != "" {
+				checkNotifyTrigger(cctx, w, pg, cfg.Relay.Notify.Channel, cfg.Relay.Notify.CreateTrigger, report, fix)
+			}
 		}
 	}
 
