@@ -299,6 +299,19 @@ func (m Mapping) Columns() map[string]string {
 // State returns the value stored for a logical state.
 func (m Mapping) State(s outbox.State) string { return m.states[s] }
 
+// StateValues returns the stored values of the mapped states, in the order
+// pending, processing, sent, dead; a state the table has no value for
+// (processing: ~) is left out.
+func (m Mapping) StateValues() []string {
+	var out []string
+	for _, s := range []outbox.State{outbox.StatePending, outbox.StateProcessing, outbox.StateSent, outbox.StateDead} {
+		if v := m.states[s]; v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // LogicalColumns lists every logical column name a mapping accepts, sorted.
 func LogicalColumns() []string { return logicalColumns() }
 

@@ -355,12 +355,7 @@ type StateCount struct {
 // `queuebox check` runs it, the relay does not. ok is false when the table
 // could not be read in time.
 func (d *Dialect) UnmappedStates(ctx context.Context) (values []StateCount, ok bool, err error) {
-	var mapped []string
-	for _, s := range []outbox.State{outbox.StatePending, outbox.StateProcessing, outbox.StateSent, outbox.StateDead} {
-		if v := d.mapping.State(s); v != "" {
-			mapped = append(mapped, v)
-		}
-	}
+	mapped := d.mapping.StateValues()
 	col, _ := d.mapping.Column(dialect.ColState)
 	q := fmt.Sprintf(`SELECT %[1]s::text, %[1]s IS NULL, count(*) FROM %[2]s
 		WHERE %[1]s IS NULL OR NOT (%[1]s::text = ANY($1::text[]))
