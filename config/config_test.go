@@ -418,26 +418,6 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
-func TestSuggest(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in   string
-		want string
-	}{
-		{"batchsize", "batchSize"},
-		{"hookz", "hooks"},
-		{"relays", "relay"},
-		{"subjekt", "subject"},
-		{"zzzzzz", ""},
-	}
-	for _, tt := range tests {
-		got, _ := suggest(tt.in, []string{"batchSize", "hooks", "relay", "subject", "routes"})
-		if got != tt.want {
-			t.Errorf("suggest(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 func FuzzParse(f *testing.F) {
 	for _, glob := range []string{"testdata/*.yaml", "../config.example.yaml"} {
 		files, _ := filepath.Glob(glob)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/token"
+
+	"github.com/queuebox/queuebox/internal/suggest"
 )
 
 // decoder fills the typed configuration from the YAML syntax tree. It is
@@ -402,7 +404,7 @@ func (d *decoder) decodeStruct(where, n ast.Node, v reflect.Value, path string) 
 		p := join(path, e.key)
 		i, known := fields[e.key]
 		if !known {
-			msg := "unknown key" + didYouMean(e.key, names)
+			msg := "unknown key" + suggest.DidYouMean(e.key, names)
 			if !strings.HasSuffix(msg, "?)") {
 				msg += " (known: " + strings.Join(names, ", ") + ")"
 			}

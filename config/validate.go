@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/queuebox/queuebox/internal/suggest"
 	"github.com/queuebox/queuebox/router"
 )
 
@@ -70,7 +71,7 @@ func (v *validator) oneOf(path, val string, allowed ...string) bool {
 		return false
 	}
 	msg := fmt.Sprintf("must be one of %s, got %q", strings.Join(allowed, ", "), val)
-	if c, ok := suggest(val, allowed); ok {
+	if c, ok := suggest.Closest(val, allowed); ok {
 		msg = fmt.Sprintf("must be one of %s, got %q (did you mean %q?)", strings.Join(allowed, ", "), val, c)
 	}
 	v.fail(path, "%s", msg)
@@ -127,7 +128,7 @@ func (v *validator) database() {
 	for _, k := range sortedKeys(db.Columns) {
 		p := "database.columns." + k
 		if !slices.Contains(logicalColumns, k) {
-			v.fail(p, "unknown column%s (known: %s)", didYouMean(k, logicalColumns), strings.Join(logicalColumns, ", "))
+			v.fail(p, "unknown column%s (known: %s)", suggest.DidYouMean(k, logicalColumns), strings.Join(logicalColumns, ", "))
 			continue
 		}
 		switch {
@@ -143,7 +144,7 @@ func (v *validator) database() {
 	for _, k := range sortedKeys(db.States) {
 		p := "database.states." + k
 		if !slices.Contains(logicalStates, k) {
-			v.fail(p, "unknown state%s (known: %s)", didYouMean(k, logicalStates), strings.Join(logicalStates, ", "))
+			v.fail(p, "unknown state%s (known: %s)", suggest.DidYouMean(k, logicalStates), strings.Join(logicalStates, ", "))
 			continue
 		}
 		val := db.States[k]
@@ -368,7 +369,7 @@ func (v *validator) address(p, key, tmpl, fromKey, from string) {
 	case fromSet:
 		if _, ok := fromShorthand[from]; !ok {
 			msg := fmt.Sprintf("must be one of %s, got %q", strings.Join(fromNames, ", "), from)
-			v.fail(p+"."+fromKey, "%s%s", msg, didYouMean(from, fromNames))
+			v.fail(p+"."+fromKey, "%s%s", msg, suggest.DidYouMean(from, fromNames))
 		}
 	case tmplSet:
 		v.template(p+"."+key, tmpl, true)
@@ -441,7 +442,7 @@ func (v *validator) routes() {
 		case r.Destination == "":
 			v.fail(p+".destination", "required")
 		case !ok:
-			v.fail(p+".destination", "no destination %q%s", r.Destination, didYouMean(r.Destination, names))
+			v.fail(p+".destination", "no destination %q%s", r.Destination, suggest.DidYouMean(r.Destination, names))
 		default:
 			used[r.Destination] = true
 		}
@@ -476,7 +477,7 @@ func (v *validator) routeExpressions(p string, r Route) (conditional bool) {
 	}
 	onError, err := router.ParseOnError(r.OnError)
 	if err != nil {
-		v.fail(p+".onError", "%v%s", err, didYouMean(r.OnError, router.OnErrorValues))
+		v.fail(p+".onError", "%v%s", err, suggest.DidYouMean(r.OnError, router.OnErrorValues))
 	} else if v.set(p+".onError") && r.When == "" && r.Transform == "" {
 		v.warn(p+".onError", "has no effect: the route has no when: or transform:")
 	}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/queuebox/queuebox/internal/suggest"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -152,7 +153,7 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 	for _, logical := range sortedKeys(columns) {
 		physical := columns[logical]
 		if _, known := defaultColumns[logical]; !known && !optionalColumns[logical] {
-			return Mapping{}, fmt.Errorf("columns: unknown logical column %q%s", logical, suggest(logical, logicalColumns()))
+			return Mapping{}, fmt.Errorf("columns: unknown logical column %q%s", logical, suggest.DidYouMean(logical, logicalColumns()))
 		}
 		m.explicit[logical] = true
 		if physical == "" || physical == "~" {
@@ -184,7 +185,7 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 		value := states[logical]
 		s := outbox.State(logical)
 		if _, ok := m.states[s]; !ok {
-			return Mapping{}, fmt.Errorf("states: unknown state %q%s", logical, suggest(logical, known))
+			return Mapping{}, fmt.Errorf("states: unknown state %q%s", logical, suggest.DidYouMean(logical, known))
 		}
 		m.explicit["state:"+logical] = true
 		if value == "" && s == outbox.StateProcessing {
@@ -342,42 +343,6 @@ func validIdent(s string) error {
 		return fmt.Errorf("identifier %q is longer than %d characters", s, MaxIdentLen)
 	}
 	return nil
-}
-
-// suggest returns ` (did you mean "x"?)` for the closest candidate within a
-// small edit distance, or "".
-func suggest(got string, candidates []string) string {
-	best, bestD := "", 1<<30
-	for _, c := range candidates {
-		d := editDistance(strings.ToLower(got), strings.ToLower(c))
-		if d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if best != "" && bestD <= max(2, len(got)/3) {
-		return fmt.Sprintf(" (did you mean %q?)", best)
-	}
-	return ""
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func sortedKeys(m map[string]string) []string {

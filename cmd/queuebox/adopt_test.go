@@ -311,11 +311,14 @@ func TestAdoptTableOfAnotherShape(t *testing.T) {
 }
 
 // TestAdoptMappingNamesMissingColumn: a mapping that names a column the
-// table lacks fails check and run, naming the column and the fix.
+// table lacks fails check and run, naming the column, the table's column
+// it most likely meant, and the fix; a required column cannot be declared
+// absent, so its fix does not offer that.
 func TestAdoptMappingNamesMissingColumn(t *testing.T) {
 	w := newAdoptWorld(t, natsOutboxDDL)
 	cfg := w.config(t, natsOutboxDatabase+"    # typo below\n", "claimMode: lock")
 	bad := strings.Replace(mustRead(t, cfg), "sentAt: published_at", "sentAt: publishd_at", 1)
+	bad = strings.Replace(bad, "topic: subject", "topic: subjet", 1)
 	if err := os.WriteFile(cfg, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -326,11 +329,41 @@ func TestAdoptMappingNamesMissingColumn(t *testing.T) {
 		if c.ProcessState == nil || c.ProcessState.ExitCode() != 1 {
 			t.Fatalf("%s: exit %v, want 1 (%v)\n%s", cmd, c.ProcessState, err, out)
 		}
-		for _, want := range []string{"database.columns.sentAt", "publishd_at", "sentAt: \"\""} {
+		for _, want := range []string{
+			`database.columns.sentAt names column publishd_at, which table outbox_events does not have (did you mean "published_at"?)`,
+			`sentAt: ""`,
+			`database.columns.topic names column subjet, which table outbox_events does not have (did you mean "subject"?)`,
+			`correct the name (topic is required), or ALTER TABLE`,
+		} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("%s output lacks %q:\n%s", cmd, want, out)
 			}
 		}
+		if strings.Contains(string(out), `topic: ""`) {
+			t.Errorf("%s offers to declare the required topic column absent:\n%s", cmd, out)
+		}
+	}
+}
+
+// TestCheckOffersIntegerIDAsSequence: a table without a sequence column
+// whose id is an integer gets that column offered by name, since a
+// BIGSERIAL id is the usual monotonic column.
+func TestCheckOffersIntegerIDAsSequence(t *testing.T) {
+	w := newAdoptWorld(t, `CREATE TABLE app_outbox (
+  event_no BIGSERIAL PRIMARY KEY,
+  topic    TEXT NOT NULL,
+  payload  JSONB NOT NULL,
+  state    TEXT NOT NULL DEFAULT 'pending'
+)`)
+	cfg := w.config(t, "  outboxTable: app_outbox\n  columns:\n    id: event_no\n", "claimMode: lock")
+	c := exec.Command(binPath, "check", "--config", cfg)
+	c.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+	out, _ := c.CombinedOutput()
+	if c.ProcessState.ExitCode() != 1 {
+		t.Fatalf("check: exit %d, want 1\n%s", c.ProcessState.ExitCode(), out)
+	}
+	if want := "if the id column event_no is filled from a sequence (BIGSERIAL, IDENTITY), it serves: sequence: event_no"; !strings.Contains(string(out), want) {
+		t.Errorf("check output lacks %q:\n%s", want, out)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/internal/suggest"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -127,6 +128,20 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		logical = append(logical, l)
 	}
 	sort.Strings(logical)
+	// A mapped name the table lacks is most often a typo of one of the
+	// table's columns that nothing maps yet: those are the suggestions.
+	mapped := map[string]bool{}
+	for _, l := range logical {
+		phys, _ := m.Column(l)
+		mapped[phys] = true
+	}
+	var spare []string
+	for name := range cols {
+		if !mapped[name] {
+			spare = append(spare, name)
+		}
+	}
+	sort.Strings(spare)
 	var absent []string
 	for _, l := range logical {
 		phys, _ := m.Column(l)
@@ -134,17 +149,24 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		addDDL := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", table, QuoteIdent(phys), spec.ddl)
 		c, ok := cols[phys]
 		switch {
+		case !ok && m.Explicit(l) && dialect.Required(l):
+			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
+				What: fmt.Sprintf("database.columns.%s names column %s, which table %s does not have%s", l, phys, plain, suggest.DidYouMean(phys, spare)),
+				Fix:  fmt.Sprintf("correct the name (%s is required), or %s", l, addDDL)})
 		case !ok && dialect.Required(l):
 			fix := fmt.Sprintf("set database.columns.%s to the table's column for %s", l, l)
 			if l == dialect.ColSequence {
 				fix += " (a monotonic column such as a BIGSERIAL primary key serves: sequence: id)"
+				if idCol, _ := m.Column(dialect.ColID); cols[idCol].dataType == "bigint" || cols[idCol].dataType == "integer" {
+					fix = fmt.Sprintf("set database.columns.sequence to a monotonic column: if the id column %s is filled from a sequence (BIGSERIAL, IDENTITY), it serves: sequence: %s", idCol, idCol)
+				}
 			}
 			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("required column %s (%s) is missing", phys, l),
+				What: fmt.Sprintf("required column %s (%s) is missing%s", phys, l, suggest.DidYouMean(phys, spare)),
 				Fix:  fix + ", or " + addDDL})
 		case !ok && m.Explicit(l):
 			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("database.columns.%s names column %s, which table %s does not have", l, phys, plain),
+				What: fmt.Sprintf("database.columns.%s names column %s, which table %s does not have%s", l, phys, plain, suggest.DidYouMean(phys, spare)),
 				Fix:  fmt.Sprintf("correct the name, or declare the column absent with `%s: \"\"` (then: %s), or %s", l, degradation[l], addDDL)})
 		case !ok && !m.Adopted() && l != dialect.ColHeldAt:
 			// The bundled table lacks a column: a migration is missing.

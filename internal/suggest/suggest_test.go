@@ -1,0 +1,44 @@
+package suggest
+
+import "testing"
+
+func TestClosest(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want string
+	}{
+		{"batchsize", "batchSize"},
+		{"hookz", "hooks"},
+		{"relays", "relay"},
+		{"subjekt", "subject"},
+		{"zzzzzz", ""},
+		{"ROUTES", "routes"}, // case only
+		{"bodi", ""},         // no candidate near
+		{"rts", ""},          // 3 letters allow one edit: "routes" is 3 away
+		{"subjectt", "subject"},
+	}
+	for _, tt := range tests {
+		got, _ := Closest(tt.in, []string{"batchSize", "hooks", "relay", "subject", "routes"})
+		if got != tt.want {
+			t.Errorf("Closest(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	t.Parallel()
+	if got := DidYouMean("paylaod", []string{"body", "payload"}); got != ` (did you mean "payload"?)` {
+		t.Errorf("DidYouMean = %q", got)
+	}
+	if got := DidYouMean("x", []string{"payload"}); got != "" {
+		t.Errorf("DidYouMean far = %q, want empty", got)
+	}
+	long := string(make([]byte, 300))
+	if got, ok := Closest(long, []string{long}); !ok || got != long {
+		t.Errorf("a long string equal to a candidate is still found: %q %v", got, ok)
+	}
+	if _, ok := Closest(long+"a", []string{long}); ok {
+		t.Error("a long string is never a typo of another")
+	}
+}
