@@ -279,7 +279,8 @@ func (v *validator) destinations() {
 		allowed := append(append([]string(nil), commonKeys...), typeKeys[d.Type]...)
 		for _, k := range allKeys {
 			if v.set(p+"."+k) && !slices.Contains(allowed, k) {
-				v.fail(p+"."+k, "not a key of %s %s destination", article(d.Type), d.Type)
+				v.fail(p+"."+k, "not a key of %s %s destination%s (its keys: %s)", article(d.Type), d.Type,
+					suggest.DidYouMean(k, typeKeys[d.Type]), strings.Join(allowed, ", "))
 			}
 		}
 		if d.Concurrency < 0 {
