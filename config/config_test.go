@@ -538,6 +538,48 @@ func TestLogicalColumnsMatchDialect(t *testing.T) {
 			t.Errorf("config says %s is required, the dialect does not", c)
 		}
 	}
+	m, err := dialect.NewMapping("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range logicalColumns {
+		phys, _ := m.Column(l)
+		if got := defaultColumn(l); got != phys {
+			t.Errorf("config's default column for %s is %q, the dialect's %q", l, got, phys)
+		}
+	}
+}
+
+// TestSharedColumns: two logical columns on one physical column are an
+// error at the key that maps it, whether the other maps it explicitly or
+// by its default name; a monotonic id serving as the sequence is not.
+func TestSharedColumns(t *testing.T) {
+	t.Parallel()
+	base := "database:\n  url: postgres://h/db\n  outboxTable: events\n  columns:\n%sdestinations:\n  n:\n    type: nats\n    servers: [nats://h:4222]\n    subject: s\nroutes:\n  - topicPattern: \"**\"\n    destination: n\n"
+	tests := []struct {
+		columns, want string
+	}{
+		{"    createdAt: created\n    updatedAt: created\n", `6:5: database.columns.updatedAt: maps to column "created", which createdAt also maps to` + "\n"},
+		{"    updatedAt: created_at\n", `5:5: database.columns.updatedAt: maps to column "created_at", which createdAt also maps to by default (map createdAt to its own column, or declare it absent with createdAt: "")` + "\n"},
+		{"    key: topic\n", `5:5: database.columns.key: maps to column "topic", which topic also maps to by default (map topic to its own column)` + "\n"},
+		{"    sequence: id\n", ""},
+		{"    id: event_no\n    sequence: EVENT_NO\n", ""},
+		{"    sentAt: updated_at\n    updatedAt: \"\"\n", ""},
+	}
+	for _, tt := range tests {
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(base, tt.columns)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := load(path, testEnv)
+		got := ""
+		if err != nil {
+			got = strings.TrimPrefix(err.Error()+"\n", path+":")
+		}
+		if got != tt.want {
+			t.Errorf("columns\n%s got:  %q\nwant: %q", tt.columns, got, tt.want)
+		}
+	}
 }
 
 // TestAbsentColumns: a column mapped to null, ~ or "" is absent; a required

@@ -92,14 +92,79 @@ var (
 	destinationType = []string{"nats", "http", "kafka", "amqp"}
 )
 
+// defaultColumn is the bundled table's name of a logical column, which an
+// unmapped column keeps ("" for sentAt, absent unless mapped); the
+// dialect's defaults, kept in step by TestLogicalColumnsMatchDialect.
+func defaultColumn(logical string) string {
+	if logical == "sentAt" {
+		return ""
+	}
+	for snake, camel := range columnAliases {
+		if camel == logical {
+			return snake
+		}
+	}
+	return logical
+}
+
+// sharedColumns fails a mapping that puts two logical columns on one
+// physical column, explicitly or through a default name: the relay would
+// write one's values over the other's. The one exception is a monotonic id
+// serving as the sequence too (sequence: id).
+func (v *validator) sharedColumns(columns map[string]string) {
+	owner := map[string]string{}
+	for _, k := range logicalColumns {
+		phys, explicit := columns[k]
+		if !explicit {
+			phys = defaultColumn(k)
+		}
+		if phys == "" || !identifier.MatchString(phys) {
+			continue
+		}
+		lower := strings.ToLower(phys)
+		other, dup := owner[lower]
+		if !dup {
+			owner[lower] = k
+			continue
+		}
+		if (other == "id" && k == "sequence") || (other == "sequence" && k == "id") {
+			continue
+		}
+		at, by := k, other
+		if !explicit {
+			at, by = other, k
+		}
+		how := ""
+		if _, ok := columns[by]; !ok && slices.Contains(requiredColumns, by) {
+			how = fmt.Sprintf(" by default (map %s to its own column)", by)
+		} else if !ok {
+			how = fmt.Sprintf(" by default (map %s to its own column, or declare it absent with %s: \"\")", by, by)
+		}
+		v.fail("database.columns."+at, "maps to column %q, which %s also maps to%s", phys, by, how)
+	}
+}
+
 func (v *validator) database() {
 	db := &v.cfg.Database
 	v.oneOf("database.type", db.Type, "postgresql", "sqlserver")
 	if strings.TrimSpace(db.URL) == "" {
 		v.fail("database.url", "required (the connection URL, usually ${DATABASE_URL})")
 	}
+	// PostgreSQL cuts longer names to 63 bytes (NAMEDATALEN - 1), so the
+	// relay would look for a table or column of another name; SQL Server
+	// takes 128 characters.
+	identMax, dbName := 63, "PostgreSQL"
+	if db.Type == "sqlserver" {
+		identMax, dbName = 128, "SQL Server"
+	}
 	if !tableName.MatchString(db.OutboxTable) {
 		v.fail("database.outboxTable", "must be a table name, optionally schema-qualified (schema.table), of letters, digits and _, got %q", db.OutboxTable)
+	} else {
+		for _, part := range strings.Split(db.OutboxTable, ".") {
+			if len(part) > identMax {
+				v.fail("database.outboxTable", "%q is %d characters long; %s names are at most %d", part, len(part), dbName, identMax)
+			}
+		}
 	}
 	if db.MaxConns < 0 {
 		v.fail("database.maxConns", "must be 0 (derived) or positive, got %d", db.MaxConns)
@@ -133,13 +198,16 @@ func (v *validator) database() {
 		}
 		switch {
 		case db.Columns[k] == "" && slices.Contains(requiredColumns, k):
-			v.fail(p, "the relay cannot work without a %s column; map it to an existing column", k)
+			v.fail(p, "the relay cannot work without its %s column; map it to an existing column", k)
 		case db.Columns[k] == "":
 			// Declared absent (null, ~ or ""): see docs/adopting.md.
 		case !identifier.MatchString(db.Columns[k]):
 			v.fail(p, "must be a column name of letters, digits and _, got %q", db.Columns[k])
+		case len(db.Columns[k]) > identMax:
+			v.fail(p, "%q is %d characters long; %s names are at most %d", db.Columns[k], len(db.Columns[k]), dbName, identMax)
 		}
 	}
+	v.sharedColumns(db.Columns)
 	values := map[string]string{}
 	for _, k := range sortedKeys(db.States) {
 		p := "database.states." + k

@@ -159,7 +159,7 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 		if physical == "" || physical == "~" {
 			// Declared absent: the table has no such column.
 			if requiredColumns[logical] {
-				return Mapping{}, fmt.Errorf("columns.%s: the relay cannot work without a %s column; map it to an existing column%s", logical, logical, requiredHint(logical))
+				return Mapping{}, fmt.Errorf("columns.%s: the relay cannot work without its %s column; map it to an existing column%s", logical, logical, requiredHint(logical))
 			}
 			delete(m.columns, logical)
 			m.absent[logical] = true

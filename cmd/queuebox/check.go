@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -103,7 +104,11 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 			fix(a.Fix)
 		}
 	} else if err != nil {
-		report(false, "database: %s", redact.String(err.Error(), secrets...))
+		msg := redact.String(err.Error(), secrets...)
+		if !strings.HasPrefix(msg, "database") {
+			msg = "database: " + msg
+		}
+		report(false, "%s", msg)
 	} else {
 		defer db.Close()
 		report(true, "database %s reachable", db)
