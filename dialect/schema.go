@@ -13,7 +13,8 @@ type SchemaReport struct {
 	Table       string          // the table as configured (schema-qualified when it is)
 	TableExists bool            //
 	Problems    []SchemaProblem // empty when the table can be relayed as mapped
-	Advice      []SchemaProblem // not errors: indexes or columns that would help
+	Advice      []SchemaProblem // not errors: columns that would enable more (lease mode)
+	Warnings    []SchemaProblem // not errors, but costly: indexes the claim relies on that are missing
 	// Mode is the claim mode the relay will use ("lease" or "lock"; "" when
 	// the dialect has only one), and ModeReason why.
 	Mode       string

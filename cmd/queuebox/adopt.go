@@ -101,4 +101,7 @@ func printPlan(w io.Writer, p *postgres.TablePlan) {
 	for _, n := range notes {
 		fmt.Fprintf(w, "info  %s\n", n)
 	}
+	for _, n := range p.Warnings {
+		fmt.Fprintf(w, "warn  %s\n", n)
+	}
 }

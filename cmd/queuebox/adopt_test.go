@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/internal/testenv"
 )
 
@@ -374,4 +375,18 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestPrintPlanMarksWarnings: check prints how the relay will use the table
+// as info lines and the table's risks (autovacuum off, an id without a
+// unique index) as warn lines, as docs/operations.md describes.
+func TestPrintPlanMarksWarnings(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	printPlan(&b, &postgres.TablePlan{Mode: postgres.ModeLock, Why: "relay.claimMode: lock",
+		Notes: []string{"column key (key) not found: no per-key ordering"}, Warnings: []string{"autovacuum is off on this server"}})
+	want := "ok    claim mode lock (relay.claimMode: lock)\ninfo  column key (key) not found: no per-key ordering\nwarn  autovacuum is off on this server\n"
+	if b.String() != want {
+		t.Errorf("printPlan:\n%s\nwant:\n%s", b.String(), want)
+	}
 }

@@ -126,6 +126,10 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 				fix(p.Fix)
 			}
 			for _, a := range rep.Advice {
+				fmt.Fprintf(w, "note  table %s: %s\n", rep.Table, a.What)
+				fix(a.Fix)
+			}
+			for _, a := range rep.Warnings {
 				fmt.Fprintf(w, "warn  table %s: %s\n", rep.Table, a.What)
 				fix(a.Fix)
 			}

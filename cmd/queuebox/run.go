@@ -107,6 +107,9 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		for _, n := range notes {
 			log.Info("outbox table: "+n, "table", cfg.Database.OutboxTable)
 		}
+		for _, n := range rt.db.plan.Warnings {
+			log.Warn("outbox table: "+n, "table", cfg.Database.OutboxTable)
+		}
 	}
 	for name, d := range cfg.Destinations {
 		dest, err := openDestination(ctx, name, d, cfg, log)

@@ -154,7 +154,7 @@ func TestIDWithoutUniqueIndexIsNoted(t *testing.T) {
 	notedUnique := func() bool {
 		t.Helper()
 		plan := resolve(t, ctx, pg.Pool)
-		noted := hasNote(plan.Notes, "no unique index", `ADD PRIMARY KEY ("id")`)
+		noted := hasNote(plan.Warnings, "no unique index", `ADD PRIMARY KEY ("id")`)
 		if noted == plan.IDUnique {
 			t.Errorf("IDUnique %v, but noted %v", plan.IDUnique, noted)
 		}
@@ -261,7 +261,7 @@ func TestAutovacuumOffIsNoted(t *testing.T) {
 	defer cancel()
 	noted := func(what string) bool {
 		t.Helper()
-		return hasNote(checkNotes(t, ctx, pg.Pool), "autovacuum is off", what)
+		return hasNote(resolve(t, ctx, pg.Pool).Warnings, "autovacuum is off", what)
 	}
 	var serverOn bool
 	if err := pg.Pool.QueryRow(ctx, `SELECT current_setting('autovacuum')::boolean`).Scan(&serverOn); err != nil {

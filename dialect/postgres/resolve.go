@@ -61,6 +61,7 @@ type TablePlan struct {
 	// (a VARCHAR(n)); 0 when it has none. Pass it to WithLastErrorLength.
 	LastErrorLen int
 	Notes        []string                // informational: columns absent and what that changes
+	Warnings     []string                // not errors, but a risk or a cost to fix: an id without a unique index, autovacuum off
 	Problems     []dialect.SchemaProblem // each one stops check and run
 	Advice       []dialect.SchemaProblem // not errors: DDL that would enable more
 }
@@ -224,7 +225,7 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		}
 		plan.IDUnique = unique
 		if !unique {
-			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (id) has no unique index; rows that share an id are claimed, settled and deduplicated as one message: CREATE UNIQUE INDEX ON %s (%s); (or, on a table without a primary key, ALTER TABLE %s ADD PRIMARY KEY (%s);)",
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("column %s (id) has no unique index; rows that share an id are claimed, settled and deduplicated as one message: CREATE UNIQUE INDEX ON %s (%s); (or, on a table without a primary key, ALTER TABLE %s ADD PRIMARY KEY (%s);)",
 				idCol, table, QuoteIdent(idCol), table, QuoteIdent(idCol)))
 		}
 	}
@@ -236,10 +237,10 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		return plan, err
 	}
 	if tableOff {
-		plan.Notes = append(plan.Notes, fmt.Sprintf("autovacuum is off for table %s (autovacuum_enabled = false); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER TABLE %s RESET (autovacuum_enabled);", plain, table))
+		plan.Warnings = append(plan.Warnings, fmt.Sprintf("autovacuum is off for table %s (autovacuum_enabled = false); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER TABLE %s RESET (autovacuum_enabled);", plain, table))
 	}
 	if serverOff {
-		plan.Notes = append(plan.Notes, "autovacuum is off on this server (autovacuum = off); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();, or VACUUM (ANALYZE) the table on a schedule")
+		plan.Warnings = append(plan.Warnings, "autovacuum is off on this server (autovacuum = off); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();, or VACUUM (ANALYZE) the table on a schedule")
 	}
 	if len(absent) > 0 {
 		plan.Mapping, err = m.Without(absent...)

@@ -76,7 +76,7 @@ func (d *Dialect) CheckSchema(ctx context.Context) (dialect.SchemaReport, error)
 	if err != nil {
 		return rep, err
 	}
-	rep.Advice = append(rep.Advice, missing...)
+	rep.Warnings = missing
 	return rep, nil
 }
 
