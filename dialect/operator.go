@@ -191,7 +191,14 @@ func TimeBoundsUsable(m Mapping, since, until time.Time) error {
 	if (since.IsZero() && until.IsZero()) || m.Has(ColUpdatedAt) {
 		return nil
 	}
-	return outbox.Permanent(errors.New("since and until select rows by their updatedAt column, which this table does not have (database.columns.updatedAt): select by id, topic or key instead"))
+	bound := "--since and --until select"
+	switch {
+	case until.IsZero():
+		bound = "--since selects"
+	case since.IsZero():
+		bound = "--until selects"
+	}
+	return outbox.Permanent(fmt.Errorf("%s rows by their updatedAt column, which this table does not have (database.columns.updatedAt): select by id, topic or key instead", bound))
 }
 
 // KeyReleaser is implemented by dialects that can hold keys

@@ -30,7 +30,7 @@ var degradation = map[string]string{
 	dialect.ColMaxAttempts:    "every row gets relay.maxAttempts",
 	dialect.ColScheduledAt:    "no delayed rows and no retry backoff: a retried row is due again at once",
 	dialect.ColCreatedAt:      "the delivery-latency metric starts at the claim",
-	dialect.ColUpdatedAt:      "the time a row was settled is not recorded; retention cannot age sent rows (unless sentAt is mapped), dead list shows no time, and replay and dead list refuse --since and --until",
+	dialect.ColUpdatedAt:      "the time a row was settled is not recorded; retention cannot age sent rows (unless sentAt is mapped), dead list shows no time and refuses --since, and replay refuses --since and --until",
 	dialect.ColLastError:      "the reason a row failed is only logged, not stored",
 	dialect.ColClaimToken:     "no lease: lock mode",
 	dialect.ColClaimedAt:      "no lease: lock mode",
