@@ -181,12 +181,13 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 // checkStateValues warns about rows whose state value no state of
 // database.states names: nothing would ever claim or count them.
 func checkStateValues(ctx context.Context, w io.Writer, pg *postgres.Dialect, table string) {
-	values, ok, err := pg.UnmappedStates(ctx)
+	const within = 5 * time.Second
+	values, ok, err := pg.UnmappedStates(ctx, within)
 	switch {
 	case err != nil:
 		fmt.Fprintf(w, "warn  table %s: could not read the state values: %v\n", table, err)
 	case !ok:
-		fmt.Fprintf(w, "note  table %s: too large to compare every row's state with database.states within 5s; if rows do not move, compare SELECT <state column>, count(*) … GROUP BY 1 with the mapping\n", table)
+		fmt.Fprintf(w, "note  table %s: too large (or locked) to compare every row's state with database.states within %s; if rows do not move, compare SELECT <state column>, count(*) … GROUP BY 1 with the mapping\n", table, within)
 	}
 	for _, v := range values {
 		value := strconv.Quote(v.Value)

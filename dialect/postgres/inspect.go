@@ -336,9 +336,6 @@ func (d *Dialect) Purge(ctx context.Context, p dialect.PurgeParams) (int64, erro
 	return d.exec(ctx, "purge", state, micros(p.OlderThan), p.Limit)
 }
 
-// unmappedTimeout bounds UnmappedStates: it reads the whole table.
-const unmappedTimeout = 5 * time.Second
-
 // StateCount is a value of the state column and its rows.
 type StateCount struct {
 	Value string // "" for NULL
@@ -351,10 +348,11 @@ type StateCount struct {
 // with such a value are neither pending nor any other state: nothing claims
 // them and stats does not count them, so a state mapping that does not
 // match the data (pending: "new" over rows that say 'NEW') delivers nothing
-// and says nothing. It reads the whole table, within unmappedTimeout:
+// and says nothing. It reads the whole table, within the given time (a
+// statement timeout, at least 1 ms):
 // `queuebox check` runs it, the relay does not. ok is false when the table
 // could not be read in time.
-func (d *Dialect) UnmappedStates(ctx context.Context) (values []StateCount, ok bool, err error) {
+func (d *Dialect) UnmappedStates(ctx context.Context, within time.Duration) (values []StateCount, ok bool, err error) {
 	mapped := d.mapping.StateValues()
 	col, _ := d.mapping.Column(dialect.ColState)
 	q := fmt.Sprintf(`SELECT %[1]s::text, %[1]s IS NULL, count(*) FROM %[2]s
@@ -365,7 +363,7 @@ func (d *Dialect) UnmappedStates(ctx context.Context) (values []StateCount, ok b
 		return nil, false, interpretError("unmapped states", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", unmappedTimeout.Milliseconds())); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", max(1, within.Milliseconds()))); err != nil {
 		return nil, false, interpretError("unmapped states", err)
 	}
 	rows, err := tx.Query(ctx, q, mapped)

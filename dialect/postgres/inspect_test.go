@@ -143,3 +143,37 @@ func TestTimeBoundsNeedUpdatedAt(t *testing.T) {
 		t.Fatalf("Claim on a table without updated_at = %d rows, %v; want 3", len(msgs), err)
 	}
 }
+
+// TestUnmappedStatesGivesUpInTime: the unmapped-state count reads the whole
+// table, so check bounds it; a table it cannot read in time (here, locked by
+// a migration) is reported as not compared (ok false, no error), and
+// counted once it can be read.
+func TestUnmappedStatesGivesUpInTime(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload, state) VALUES ('t', '{}', 'pending'), ('t', '{}', 'archived')`)
+	d, err := New(pg.Pool, dialect.DefaultMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	// Without the bound the count would wait for the lock until the
+	// test's context ends, and fail with that error.
+	values, ok, err := d.UnmappedStates(ctx, 200*time.Millisecond)
+	if err != nil || ok || values != nil {
+		t.Fatalf("UnmappedStates on a locked table = %v, %v, %v; want nil, false, nil", values, ok, err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	values, ok, err = d.UnmappedStates(ctx, 5*time.Second)
+	if err != nil || !ok || len(values) != 1 || values[0].Value != "archived" || values[0].Rows != 1 {
+		t.Fatalf("UnmappedStates = %+v, %v, %v; want one archived row", values, ok, err)
+	}
+}
