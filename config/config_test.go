@@ -563,7 +563,8 @@ func TestSharedColumns(t *testing.T) {
 		{"    updatedAt: created_at\n", `5:5: database.columns.updatedAt: maps to column "created_at", which createdAt also maps to by default (map createdAt to its own column, or declare it absent with createdAt: "")` + "\n"},
 		{"    key: topic\n", `5:5: database.columns.key: maps to column "topic", which topic also maps to by default (map topic to its own column)` + "\n"},
 		{"    sequence: id\n", ""},
-		{"    id: event_no\n    sequence: EVENT_NO\n", ""},
+		{"    id: event_no\n    sequence: event_no\n", ""},
+		{"    sent_at: updated_at\n", `5:5: database.columns.sentAt: maps to column "updated_at", which updatedAt also maps to by default (map updatedAt to its own column, or declare it absent with updatedAt: "")` + "\n"},
 		{"    sentAt: updated_at\n    updatedAt: \"\"\n", ""},
 	}
 	for _, tt := range tests {

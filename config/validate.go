@@ -189,6 +189,11 @@ func (v *validator) database() {
 		}
 		db.Columns[camel] = db.Columns[k]
 		delete(db.Columns, k)
+		// Messages name the logical column and point at the line that
+		// spelled it.
+		if at, ok := v.seen["database.columns."+k]; ok {
+			v.seen["database.columns."+camel] = at
+		}
 	}
 	for _, k := range sortedKeys(db.Columns) {
 		p := "database.columns." + k

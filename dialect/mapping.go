@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/queuebox/queuebox/internal/suggest"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -153,7 +152,7 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 	for _, logical := range sortedKeys(columns) {
 		physical := columns[logical]
 		if _, known := defaultColumns[logical]; !known && !optionalColumns[logical] {
-			return Mapping{}, fmt.Errorf("columns: unknown logical column %q%s", logical, suggest.DidYouMean(logical, logicalColumns()))
+			return Mapping{}, fmt.Errorf("columns: unknown logical column %q (known: %s)", logical, strings.Join(logicalColumns(), ", "))
 		}
 		m.explicit[logical] = true
 		if physical == "" || physical == "~" {
@@ -185,7 +184,7 @@ func NewMapping(table string, columns, states map[string]string) (Mapping, error
 		value := states[logical]
 		s := outbox.State(logical)
 		if _, ok := m.states[s]; !ok {
-			return Mapping{}, fmt.Errorf("states: unknown state %q%s", logical, suggest.DidYouMean(logical, known))
+			return Mapping{}, fmt.Errorf("states: unknown state %q (known: %s)", logical, strings.Join(known, ", "))
 		}
 		m.explicit["state:"+logical] = true
 		if value == "" && s == outbox.StateProcessing {

@@ -191,12 +191,12 @@ func TimeBoundsUsable(m Mapping, since, until time.Time) error {
 	if (since.IsZero() && until.IsZero()) || m.Has(ColUpdatedAt) {
 		return nil
 	}
-	bound := "--since and --until select"
+	bound := "since and until select"
 	switch {
 	case until.IsZero():
-		bound = "--since selects"
+		bound = "since selects"
 	case since.IsZero():
-		bound = "--until selects"
+		bound = "until selects"
 	}
 	return outbox.Permanent(fmt.Errorf("%s rows by their updatedAt column, which this table does not have (database.columns.updatedAt): select by id, topic or key instead", bound))
 }

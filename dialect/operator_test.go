@@ -31,9 +31,9 @@ func TestTimeBoundsUsable(t *testing.T) {
 	}{
 		{with, now, now, ""},
 		{without, zero, zero, ""},
-		{without, now, zero, "--since selects rows by their updatedAt column"},
-		{without, zero, now, "--until selects rows by their updatedAt column"},
-		{without, now, now, "--since and --until select rows by their updatedAt column"},
+		{without, now, zero, "since selects rows by their updatedAt column"},
+		{without, zero, now, "until selects rows by their updatedAt column"},
+		{without, now, now, "since and until select rows by their updatedAt column"},
 	}
 	for _, tt := range tests {
 		err := TimeBoundsUsable(tt.m, tt.since, tt.until)

@@ -347,8 +347,8 @@ func TestAdoptMappingNamesMissingColumn(t *testing.T) {
 }
 
 // TestCheckOffersIntegerIDAsSequence: a table without a sequence column
-// whose id is an integer gets that column offered by name, since a
-// BIGSERIAL id is the usual monotonic column.
+// whose id is filled from a sequence (BIGSERIAL) gets that column offered by
+// name, the usual monotonic column; an id without one is not offered.
 func TestCheckOffersIntegerIDAsSequence(t *testing.T) {
 	w := newAdoptWorld(t, `CREATE TABLE app_outbox (
   event_no BIGSERIAL PRIMARY KEY,
@@ -363,8 +363,16 @@ func TestCheckOffersIntegerIDAsSequence(t *testing.T) {
 	if c.ProcessState.ExitCode() != 1 {
 		t.Fatalf("check: exit %d, want 1\n%s", c.ProcessState.ExitCode(), out)
 	}
-	if want := "if the id column event_no is filled from a sequence (BIGSERIAL, IDENTITY), it serves: sequence: event_no"; !strings.Contains(string(out), want) {
+	if want := "the id column event_no is filled from a sequence, so it serves: sequence: event_no"; !strings.Contains(string(out), want) {
 		t.Errorf("check output lacks %q:\n%s", want, out)
+	}
+	// An integer id the application assigns is no sequence: not offered.
+	w.pg.MustExec(t, testenv.Context(t, time.Minute), `ALTER TABLE app_outbox ALTER COLUMN event_no DROP DEFAULT`)
+	c = exec.Command(binPath, "check", "--config", cfg)
+	c.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
+	out, _ = c.CombinedOutput()
+	if !strings.Contains(string(out), "required column sequence (sequence) is missing") || strings.Contains(string(out), "sequence: event_no") {
+		t.Errorf("check, id without a default, offers it as the sequence, or does not say the sequence is missing:\n%s", out)
 	}
 }
 

@@ -282,10 +282,10 @@ func TestMappingRejectsInjection(t *testing.T) {
 		{table: "1outbox", want: "not a plain identifier"},
 		{columns: map[string]string{"topic": "topic; drop table x --"}, want: "not a plain identifier"},
 		{columns: map[string]string{"topic": `to"pic`}, want: "not a plain identifier"},
-		{columns: map[string]string{"topci": "topic"}, want: `did you mean "topic"`},
+		{columns: map[string]string{"topci": "topic"}, want: `unknown logical column "topci" (known: aggregateType, attempt,`},
 		{columns: map[string]string{"leaseExpiry": "lease"}, want: "unknown logical column"},
 		{columns: map[string]string{"topic": "key"}, want: "both map to column"},
-		{states: map[string]string{"pendng": "p"}, want: `did you mean "pending"`},
+		{states: map[string]string{"pendng": "p"}, want: `unknown state "pendng" (known: pending, processing, sent, dead)`},
 		{states: map[string]string{"sent": "pending"}, want: "both stored as"},
 		{states: map[string]string{"sent": ""}, want: "not a usable stored value"},
 	}

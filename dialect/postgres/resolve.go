@@ -69,7 +69,8 @@ type TablePlan struct {
 type catalogColumn struct {
 	dataType string
 	nullable bool
-	maxLen   int // character_maximum_length; 0 when unbounded
+	maxLen   int  // character_maximum_length; 0 when unbounded
+	serial   bool // filled from a sequence: a nextval default or an identity column
 }
 
 // ResolveTable reads the table's columns from the catalog and decides how
@@ -93,7 +94,8 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 		schemaExpr = "$2"
 		args = append(args, m.Schema())
 	}
-	rows, err := pool.Query(ctx, `SELECT column_name, data_type, is_nullable = 'YES', COALESCE(character_maximum_length, 0) FROM information_schema.columns
+	rows, err := pool.Query(ctx, `SELECT column_name, data_type, is_nullable = 'YES', COALESCE(character_maximum_length, 0),
+		is_identity = 'YES' OR COALESCE(column_default LIKE 'nextval(%', false) FROM information_schema.columns
 		WHERE table_name = $1 AND table_schema = `+schemaExpr, args...)
 	if err != nil {
 		return plan, interpretError("check schema", err)
@@ -101,13 +103,13 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 	cols := map[string]catalogColumn{}
 	for rows.Next() {
 		var name, typ string
-		var nullable bool
+		var nullable, serial bool
 		var maxLen int32
-		if err := rows.Scan(&name, &typ, &nullable, &maxLen); err != nil {
+		if err := rows.Scan(&name, &typ, &nullable, &maxLen, &serial); err != nil {
 			rows.Close()
 			return plan, interpretError("check schema", err)
 		}
-		cols[name] = catalogColumn{typ, nullable, int(maxLen)}
+		cols[name] = catalogColumn{typ, nullable, int(maxLen), serial}
 	}
 	if err := rows.Err(); err != nil {
 		return plan, interpretError("check schema", err)
@@ -158,8 +160,8 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 			fix := fmt.Sprintf("set database.columns.%s to the table's column for %s", l, l)
 			if l == dialect.ColSequence {
 				fix += " (a monotonic column such as a BIGSERIAL primary key serves: sequence: id)"
-				if idCol, _ := m.Column(dialect.ColID); cols[idCol].dataType == "bigint" || cols[idCol].dataType == "integer" {
-					fix = fmt.Sprintf("set database.columns.sequence to a monotonic column: if the id column %s is filled from a sequence (BIGSERIAL, IDENTITY), it serves: sequence: %s", idCol, idCol)
+				if idCol, _ := m.Column(dialect.ColID); cols[idCol].serial {
+					fix = fmt.Sprintf("set database.columns.sequence to a monotonic column: the id column %s is filled from a sequence, so it serves: sequence: %s", idCol, idCol)
 				}
 			}
 			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,

@@ -23,7 +23,10 @@ import (
 // the claim a scan of the table for every candidate (docs/performance.md,
 // lesson 21).
 func TestPlansFollowTheTable(t *testing.T) {
-	pg := testenv.Postgres(t)
+	// A database of its own: the other packages' tests create and drop
+	// schemas in the shared one, and each of those resets every session's
+	// plan cache there, the control's included.
+	pg := testenv.Postgres(t, testenv.WithOwnDatabase())
 	ctx := testenv.Context(t, 90*time.Second)
 	d := newDialect(t, pg.Pool)
 	claim, err := d.claims.sql(claimShape{limit: 100, window: 1000})

@@ -17,7 +17,8 @@ const maxLen = 256
 
 // Closest returns the candidate closest to s when it is close enough to be
 // a likely typo: equal but for case, or within an edit distance (ignoring
-// case) of about a third of the length of s, at least 1 and at most 3.
+// case) of one for a name of up to 3 letters, else of about a third of its
+// length, at least 2 (two letters swapped) and at most 3.
 // Ties go to the earlier candidate.
 func Closest(s string, candidates []string) (string, bool) {
 	best, bestD := "", 1<<30
@@ -33,7 +34,11 @@ func Closest(s string, candidates []string) (string, bool) {
 			best, bestD = c, d
 		}
 	}
-	if best == "" || bestD > max(1, min(3, len(s)/3)) {
+	limit := 1 // a short name: one edit
+	if len(s) >= 4 {
+		limit = min(3, max(2, len(s)/3)) // two edits at least: a swap of two letters
+	}
+	if best == "" || bestD > limit {
 		return "", false
 	}
 	return best, true

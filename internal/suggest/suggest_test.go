@@ -17,6 +17,7 @@ func TestClosest(t *testing.T) {
 		{"bodi", ""},         // no candidate near
 		{"rts", ""},          // 3 letters allow one edit: "routes" is 3 away
 		{"subjectt", "subject"},
+		{"rleay", "relay"}, // two letters swapped: two edits
 	}
 	for _, tt := range tests {
 		got, _ := Closest(tt.in, []string{"batchSize", "hooks", "relay", "subject", "routes"})
@@ -28,6 +29,13 @@ func TestClosest(t *testing.T) {
 
 func TestDidYouMean(t *testing.T) {
 	t.Parallel()
+	// Three letters allow one edit; a swap is two.
+	if got := DidYouMean("kye", []string{"key", "id"}); got != "" {
+		t.Errorf("DidYouMean(kye) = %q, want empty", got)
+	}
+	if got := DidYouMean("kez", []string{"key", "id"}); got != ` (did you mean "key"?)` {
+		t.Errorf("DidYouMean(kez) = %q", got)
+	}
 	if got := DidYouMean("paylaod", []string{"body", "payload"}); got != ` (did you mean "payload"?)` {
 		t.Errorf("DidYouMean = %q", got)
 	}

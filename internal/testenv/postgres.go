@@ -32,6 +32,7 @@ type PG struct {
 type pgOptions struct {
 	migrate  bool
 	maxConns int32
+	ownDB    bool
 }
 
 // PGOption changes what Postgres sets up.
@@ -40,6 +41,14 @@ type PGOption func(*pgOptions)
 // WithoutMigrations leaves the schema empty instead of applying the bundled
 // migrations.
 func WithoutMigrations() PGOption { return func(o *pgOptions) { o.migrate = false } }
+
+// WithOwnDatabase puts the schema in a database of the test's own, created
+// for it and dropped after it. A schema created or dropped anywhere in a
+// database makes every session of that database plan its prepared
+// statements again (PostgreSQL resets the plan caches on a change to
+// pg_namespace), so a test that needs a cached plan to stay as it was cannot
+// share the database with tests that create schemas.
+func WithOwnDatabase() PGOption { return func(o *pgOptions) { o.ownDB = true } }
 
 // WithMaxConns sets the pool size (default 16).
 func WithMaxConns(n int32) PGOption { return func(o *pgOptions) { o.maxConns = n } }
@@ -65,6 +74,37 @@ func Postgres(t testing.TB, opts ...PGOption) *PG {
 		return nil
 	}
 	defer admin.Close(context.Background())
+
+	if o.ownDB {
+		name := "qb_" + randomHex(8)
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Fatalf("testenv: create database %s: %v", name, err)
+		}
+		server := base
+		t.Cleanup(func() { // registered first, so it runs after the schema's drop
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			conn, err := pgx.Connect(ctx, server)
+			if err != nil {
+				t.Errorf("testenv: drop database %s: %v", name, err)
+				return
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+				t.Errorf("testenv: drop database %s: %v", name, err)
+			}
+		})
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatalf("testenv: parse QUEUEBOX_TEST_POSTGRES_URL: %v", err)
+		}
+		u.Path = "/" + name
+		base = u.String()
+		admin.Close(ctx)
+		if admin, err = pgx.Connect(ctx, base); err != nil {
+			t.Fatalf("testenv: connect to database %s: %v", name, err)
+		}
+	}
 
 	schema := "qb_" + randomHex(8)
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
