@@ -367,8 +367,9 @@ func TestCheckOffersIntegerIDAsSequence(t *testing.T) {
 		t.Errorf("check output lacks %q:\n%s", want, out)
 	}
 	// An integer id the application assigns is no sequence: not offered.
+	// (-c is --config's short form.)
 	w.pg.MustExec(t, testenv.Context(t, time.Minute), `ALTER TABLE app_outbox ALTER COLUMN event_no DROP DEFAULT`)
-	c = exec.Command(binPath, "check", "--config", cfg)
+	c = exec.Command(binPath, "check", "-c", cfg)
 	c.Env = append(os.Environ(), "QUEUEBOX_CONFIG=")
 	out, _ = c.CombinedOutput()
 	if !strings.Contains(string(out), "required column sequence (sequence) is missing") || strings.Contains(string(out), "sequence: event_no") {

@@ -81,7 +81,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.config, "config", os.Getenv("QUEUEBOX_CONFIG"), "configuration file (env QUEUEBOX_CONFIG)")
+	pf.StringVarP(&g.config, "config", "c", os.Getenv("QUEUEBOX_CONFIG"), "configuration file (env QUEUEBOX_CONFIG)")
 	pf.StringVar(&g.logFormat, "log-format", os.Getenv("QUEUEBOX_LOG_FORMAT"), "log format: text or json (env QUEUEBOX_LOG_FORMAT; default from config, else text)")
 	pf.StringVar(&g.logLevel, "log-level", os.Getenv("QUEUEBOX_LOG_LEVEL"), "log level: debug, info, warn, error (env QUEUEBOX_LOG_LEVEL; default from config, else info)")
 
