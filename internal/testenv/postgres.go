@@ -45,8 +45,8 @@ func WithoutMigrations() PGOption { return func(o *pgOptions) { o.migrate = fals
 // WithOwnDatabase puts the schema in a database of the test's own, created
 // for it and dropped after it. A schema created or dropped anywhere in a
 // database makes every session of that database plan its prepared
-// statements again (PostgreSQL resets the plan caches on a change to
-// pg_namespace), so a test that needs a cached plan to stay as it was cannot
+// statements again (PostgreSQL's plancache.c invalidates all plans on a
+// change to pg_namespace), so a test that needs a cached plan to stay as it was cannot
 // share the database with tests that create schemas.
 func WithOwnDatabase() PGOption { return func(o *pgOptions) { o.ownDB = true } }
 
