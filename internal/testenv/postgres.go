@@ -80,49 +80,27 @@ func Postgres(t testing.TB, opts ...PGOption) *PG {
 		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 			t.Fatalf("testenv: create database %s: %v", name, err)
 		}
-		server := base
-		t.Cleanup(func() { // registered first, so it runs after the schema's drop
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			conn, err := pgx.Connect(ctx, server)
-			if err != nil {
-				t.Errorf("testenv: drop database %s: %v", name, err)
-				return
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-				t.Errorf("testenv: drop database %s: %v", name, err)
-			}
-		})
+		// Registered first, so it runs after the schema's drop.
+		dropAtEnd(t, base, "database "+name, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 		u, err := url.Parse(base)
 		if err != nil {
 			t.Fatalf("testenv: parse QUEUEBOX_TEST_POSTGRES_URL: %v", err)
 		}
 		u.Path = "/" + name
 		base = u.String()
-		admin.Close(ctx)
-		if admin, err = pgx.Connect(ctx, base); err != nil {
+		own, err := pgx.Connect(ctx, base)
+		if err != nil {
 			t.Fatalf("testenv: connect to database %s: %v", name, err)
 		}
+		defer own.Close(context.Background())
+		admin = own
 	}
 
 	schema := "qb_" + randomHex(8)
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		t.Fatalf("testenv: create schema %s: %v", schema, err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("testenv: drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("testenv: drop schema %s: %v", schema, err)
-		}
-	})
+	dropAtEnd(t, base, "schema "+schema, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 
 	cfg, err := pgxpool.ParseConfig(base)
 	if err != nil {
@@ -150,6 +128,24 @@ func Postgres(t testing.TB, opts ...PGOption) *PG {
 	t.Cleanup(pool.Close) // runs before the schema is dropped
 
 	return &PG{Pool: pool, Schema: schema, URL: WithSearchPath(base, schema)}
+}
+
+// dropAtEnd runs stmt on a connection of its own to connURL when the test ends;
+// what names the object for the error.
+func dropAtEnd(t testing.TB, connURL, what, stmt string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, connURL)
+		if err != nil {
+			t.Errorf("testenv: drop %s: %v", what, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Errorf("testenv: drop %s: %v", what, err)
+		}
+	})
 }
 
 // WithSearchPath returns rawURL with the libpq options parameter set so that
