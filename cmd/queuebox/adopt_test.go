@@ -177,6 +177,11 @@ func TestAdoptNatsOutboxTable(t *testing.T) {
 	if !strings.Contains(b.Logs(), "claim mode lock") {
 		t.Errorf("the start log does not say which claim mode is used")
 	}
+	// The table has no index for the head-of-key probe: every claim scans
+	// it, which the start log says, with the DDL.
+	if want := `no index on (aggregate_id, id) for the head-of-key probe: the claim will scan the table; fix: CREATE INDEX CONCURRENTLY`; !strings.Contains(b.Logs(), want) {
+		t.Errorf("the start log does not warn of the missing head-of-key index (%q):\n%s", want, b.Logs())
+	}
 
 	states := countBy(t, w.pg.Pool, `SELECT status || '/' || (published_at IS NOT NULL) || '/' || (last_error IS NOT NULL), count(*) FROM outbox_events GROUP BY 1`)
 	if states["published/true/false"] != rows || states["failed/false/true"] != 1 || len(states) != 2 {

@@ -111,6 +111,17 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 			log.Warn("outbox table: "+n, "table", cfg.Database.OutboxTable)
 		}
 	}
+	if pg, ok := postgresDialect(rt.db.Dialect); ok {
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		missing, err := pg.MissingIndexes(ictx)
+		cancel()
+		if err != nil {
+			log.Warn("outbox table: could not read its indexes; run queuebox check", "table", cfg.Database.OutboxTable, "err", err)
+		}
+		for _, p := range missing {
+			log.Warn("outbox table: "+p.What+"; fix: "+p.Fix, "table", cfg.Database.OutboxTable)
+		}
+	}
 	for name, d := range cfg.Destinations {
 		dest, err := openDestination(ctx, name, d, cfg, log)
 		if err != nil {

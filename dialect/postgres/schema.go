@@ -66,18 +66,27 @@ func (d *Dialect) CheckSchema(ctx context.Context) (dialect.SchemaReport, error)
 	if len(rep.Problems) > 0 {
 		return rep, nil
 	}
+	missing, err := d.MissingIndexes(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Warnings = missing
+	return rep, nil
+}
+
+// MissingIndexes returns, with the DDL that creates it, each index the
+// claim, the head-of-key probe and the reaper rely on that the table lacks.
+// Without one the statement scans the table, every time: `queuebox check`
+// and the relay's start warn about it.
+func (d *Dialect) MissingIndexes(ctx context.Context) ([]dialect.SchemaProblem, error) {
+	m := d.mapping
 	schemaExpr := "current_schema()"
 	args := []any{m.TableName()}
 	if m.Schema() != "" {
 		schemaExpr = "$2"
 		args = append(args, m.Schema())
 	}
-	missing, err := d.missingIndexes(ctx, args, schemaExpr)
-	if err != nil {
-		return rep, err
-	}
-	rep.Warnings = missing
-	return rep, nil
+	return d.missingIndexes(ctx, args, schemaExpr)
 }
 
 // missingIndexes returns advice for each index the claim and the reaper
