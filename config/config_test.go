@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/queuebox/queuebox/dialect"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.bad.yaml.err from the current output")
@@ -523,30 +521,6 @@ routes:
 	// ones (an empty when: is an error).
 	if s := cfg.String(); !strings.Contains(s, "transform: payload.order") || strings.Contains(s, `when: ""`) {
 		t.Errorf("String() =\n%s", s)
-	}
-}
-
-// TestLogicalColumnsMatchDialect keeps the config's list of logical column
-// names in step with the dialect's.
-func TestLogicalColumnsMatchDialect(t *testing.T) {
-	t.Parallel()
-	if got, want := strings.Join(logicalColumns, ","), strings.Join(dialect.LogicalColumns(), ","); got != want {
-		t.Fatalf("config logicalColumns = %s\ndialect.LogicalColumns() = %s", got, want)
-	}
-	for _, c := range requiredColumns {
-		if !dialect.Required(c) {
-			t.Errorf("config says %s is required, the dialect does not", c)
-		}
-	}
-	m, err := dialect.NewMapping("", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range logicalColumns {
-		phys, _ := m.Column(l)
-		if got := defaultColumn(l); got != phys {
-			t.Errorf("config's default column for %s is %q, the dialect's %q", l, got, phys)
-		}
 	}
 }
 

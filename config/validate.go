@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/internal/suggest"
 	"github.com/queuebox/queuebox/router"
 )
@@ -82,30 +83,17 @@ var (
 	identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	tableName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 	// logicalColumns are dialect.LogicalColumns() (config_test checks it).
-	logicalColumns = []string{"aggregateType", "attempt", "claimToken", "claimedAt", "createdAt", "headers", "heldAt", "id", "key", "lastError", "leaseExpiresAt", "maxAttempts", "payload", "scheduledAt", "sentAt", "sequence", "state", "topic", "updatedAt"}
+	logicalColumns = dialect.LogicalColumns()
 	columnAliases  = map[string]string{"aggregate_type": "aggregateType", "max_attempts": "maxAttempts", "scheduled_at": "scheduledAt",
 		"created_at": "createdAt", "updated_at": "updatedAt", "claimed_at": "claimedAt", "lease_expires_at": "leaseExpiresAt",
 		"claim_token": "claimToken", "last_error": "lastError", "sent_at": "sentAt", "held_at": "heldAt"}
-	// requiredColumns cannot be declared absent (dialect.Required).
-	requiredColumns = []string{"id", "payload", "sequence", "state", "topic"}
 	logicalStates   = []string{"pending", "processing", "sent", "dead"}
 	destinationType = []string{"nats", "http", "kafka", "amqp"}
 )
 
-// defaultColumn is the bundled table's name of a logical column, which an
-// unmapped column keeps ("" for sentAt, absent unless mapped); the
-// dialect's defaults, kept in step by TestLogicalColumnsMatchDialect.
-func defaultColumn(logical string) string {
-	if logical == "sentAt" {
-		return ""
-	}
-	for snake, camel := range columnAliases {
-		if camel == logical {
-			return snake
-		}
-	}
-	return logical
-}
+// defaultMapping names the bundled table's columns, which an unmapped
+// logical column keeps (sentAt is absent unless mapped).
+var defaultMapping = dialect.DefaultMapping()
 
 // sharedColumns fails a mapping that puts two logical columns on one
 // physical column, explicitly or through a default name: the relay would
@@ -116,7 +104,7 @@ func (v *validator) sharedColumns(columns map[string]string) {
 	for _, k := range logicalColumns {
 		phys, explicit := columns[k]
 		if !explicit {
-			phys = defaultColumn(k)
+			phys, _ = defaultMapping.Column(k)
 		}
 		if phys == "" || !identifier.MatchString(phys) {
 			continue
@@ -135,7 +123,7 @@ func (v *validator) sharedColumns(columns map[string]string) {
 			at, by = other, k
 		}
 		how := ""
-		if _, ok := columns[by]; !ok && slices.Contains(requiredColumns, by) {
+		if _, ok := columns[by]; !ok && dialect.Required(by) {
 			how = fmt.Sprintf(" by default (map %s to its own column)", by)
 		} else if !ok {
 			how = fmt.Sprintf(" by default (map %s to its own column, or declare it absent with %s: \"\")", by, by)
@@ -202,7 +190,7 @@ func (v *validator) database() {
 			continue
 		}
 		switch {
-		case db.Columns[k] == "" && slices.Contains(requiredColumns, k):
+		case db.Columns[k] == "" && dialect.Required(k):
 			v.fail(p, "the relay cannot work without its %s column; map it to an existing column", k)
 		case db.Columns[k] == "":
 			// Declared absent (null, ~ or ""): see docs/adopting.md.
