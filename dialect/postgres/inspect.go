@@ -348,10 +348,9 @@ type StateCount struct {
 // with such a value are neither pending nor any other state: nothing claims
 // them and stats does not count them, so a state mapping that does not
 // match the data (pending: "new" over rows that say 'NEW') delivers nothing
-// and says nothing. It reads the whole table, within the given time (a
-// statement timeout, at least 1 ms):
-// `queuebox check` runs it, the relay does not. ok is false when the table
-// could not be read in time.
+// and says nothing. It reads the whole table, so it runs within the given
+// time (a statement timeout, at least 1 ms); `queuebox check` runs it, the
+// relay does not. ok is false when the table could not be read in time.
 func (d *Dialect) UnmappedStates(ctx context.Context, within time.Duration) (values []StateCount, ok bool, err error) {
 	mapped := d.mapping.StateValues()
 	col, _ := d.mapping.Column(dialect.ColState)
