@@ -106,6 +106,12 @@ type Destination struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	// subjectStream is the stream found covering the static subject when
+	// no stream is configured, looked up once for StreamWarning and
+	// DuplicateWindow (both asked at the relay's start).
+	subjectStreamMu sync.Mutex
+	subjectStream   string
 }
 
 var (
@@ -730,7 +736,7 @@ func (d *Destination) StreamWarning(ctx context.Context) string {
 	if !d.subject.Static() {
 		return fmt.Sprintf("nats destination %q: subject %q is a template and no stream is set, so nothing checks that a JetStream stream covers the subjects it renders; a row whose subject no stream covers is retried, then dead. Set stream (and createStream: true with streamSubjects to have the relay create it)", d.name, d.subject.String())
 	}
-	_, err := d.js.StreamNameBySubject(ctx, d.subject.String())
+	_, err := d.streamOfSubject(ctx)
 	switch {
 	case err == nil:
 		return ""
@@ -751,7 +757,7 @@ func (d *Destination) DuplicateWindow(ctx context.Context) (time.Duration, error
 			return 0, fmt.Errorf("nats destination %q: subject %q is a template; set stream to know the duplicate window", d.name, d.subject.String())
 		}
 		var err error
-		name, err = d.js.StreamNameBySubject(ctx, d.subject.String())
+		name, err = d.streamOfSubject(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("nats destination %q: stream for subject %q: %w", d.name, d.subject.String(), err)
 		}
@@ -761,6 +767,22 @@ func (d *Destination) DuplicateWindow(ctx context.Context) (time.Duration, error
 		return 0, fmt.Errorf("nats destination %q: stream %q: %w", d.name, name, err)
 	}
 	return s.CachedInfo().Config.Duplicates, nil
+}
+
+// streamOfSubject returns the stream covering the static subject. A stream
+// found is remembered; a failed lookup is not, so the next call asks again.
+func (d *Destination) streamOfSubject(ctx context.Context) (string, error) {
+	d.subjectStreamMu.Lock()
+	defer d.subjectStreamMu.Unlock()
+	if d.subjectStream != "" {
+		return d.subjectStream, nil
+	}
+	name, err := d.js.StreamNameBySubject(ctx, d.subject.String())
+	if err != nil {
+		return "", err
+	}
+	d.subjectStream = name
+	return name, nil
 }
 
 // Close drains and closes the connection. It is idempotent.

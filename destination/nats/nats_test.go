@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/queuebox/queuebox/destination"
@@ -424,5 +425,74 @@ func TestStreamWarning(t *testing.T) {
 	named := newDest(t, natsdest.Options{Servers: []string{url}, Subject: prefix + ".{{ topic }}", Stream: name})
 	if w := named.StreamWarning(ctx); w != "" {
 		t.Errorf("stream set: warning %q, want none", w)
+	}
+}
+
+// TestSubjectStreamLookedUpOnce: the relay's start asks both StreamWarning
+// and DuplicateWindow about a static subject without a configured stream;
+// the stream covering it is looked up once ($JS.API.STREAM.NAMES requests
+// naming the subject, seen by a subscriber on that API subject), and a
+// failed lookup is asked again.
+func TestSubjectStreamLookedUpOnce(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	prefix := testenv.UniqueName("qbt")
+	ctx := testenv.Context(t, 10*time.Second)
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// A channel subscription is fed by the connection's reader, so once a
+	// Flush returns every request routed to it before is in the channel.
+	requests := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe("$JS.API.STREAM.NAMES", requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	lookups := 0
+	seen := func() int {
+		t.Helper()
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-requests:
+				if bytes.Contains(m.Data, []byte(prefix)) {
+					lookups++
+				}
+			default:
+				return lookups
+			}
+		}
+	}
+
+	d := newDest(t, natsdest.Options{Servers: []string{url}, Subject: prefix + ".orders"})
+	if w := d.StreamWarning(ctx); !strings.Contains(w, "no JetStream stream covers") {
+		t.Fatalf("before the stream exists: warning %q", w)
+	}
+	if _, err := d.DuplicateWindow(ctx); err == nil {
+		t.Fatal("DuplicateWindow before the stream exists: want an error")
+	}
+	if n := seen(); n != 2 {
+		t.Fatalf("%d lookups while no stream covers the subject, want 2 (a failed lookup is not remembered)", n)
+	}
+
+	name := strings.ToUpper(prefix)
+	testenv.NATSStreamConfig(t, url, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".>"}, Duplicates: 5 * time.Minute})
+	if w := d.StreamWarning(ctx); w != "" {
+		t.Fatalf("covered subject: warning %q", w)
+	}
+	if w, err := d.DuplicateWindow(ctx); err != nil || w != 5*time.Minute {
+		t.Fatalf("DuplicateWindow = %v, %v; want 5m", w, err)
+	}
+	if n := seen(); n != 3 {
+		t.Fatalf("%d lookups, want 3: the stream found by StreamWarning is the one DuplicateWindow reads", n)
 	}
 }
