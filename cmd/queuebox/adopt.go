@@ -37,7 +37,7 @@ func openPostgresDialect(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapp
 	hold := cfg.Relay.OnDead == "hold"
 	plan, err := postgres.ResolveTable(ctx, pool, m, cfg.Relay.ClaimMode, hold)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("database: %w", err)
 	}
 	if len(plan.Problems) == 0 && !plan.Mapping.Has(dialect.ColAggregateType) {
 		if uses := routesUsingAggregateType(cfg); len(uses) > 0 {
@@ -60,10 +60,16 @@ func openPostgresDialect(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapp
 			lockTimeout = cfg.Relay.Lease.D()
 		}
 		d, err := postgres.NewLockMode(pool, plan.Mapping, lockTimeout, opts...)
-		return d, &plan, err
+		if err != nil {
+			return nil, &plan, fmt.Errorf("database: %w", err)
+		}
+		return d, &plan, nil
 	}
 	d, err := postgres.New(pool, plan.Mapping, opts...)
-	return d, &plan, err
+	if err != nil {
+		return nil, &plan, fmt.Errorf("database: %w", err)
+	}
+	return d, &plan, nil
 }
 
 // routesUsingAggregateType names the destinations whose address templates

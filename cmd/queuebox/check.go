@@ -7,7 +7,6 @@ import (
 	"io"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -104,11 +103,7 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 			fix(a.Fix)
 		}
 	} else if err != nil {
-		msg := redact.String(err.Error(), secrets...)
-		if !strings.HasPrefix(msg, "database") {
-			msg = "database: " + msg
-		}
-		report(false, "%s", msg)
+		report(false, "%s", redact.String(err.Error(), secrets...))
 	} else {
 		defer db.Close()
 		report(true, "database %s reachable", db)

@@ -158,7 +158,9 @@ func (d *database) Close() {
 func (d *database) String() string { return d.desc }
 
 // openDialect connects to the configured database and returns it with its
-// dialect. Every error names the server (never the password) and the fix.
+// dialect. Every error names its place (the database, or the configuration
+// key at fault), the server (never the password) and the fix, so callers
+// print it as it is.
 func openDialect(ctx context.Context, cfg *config.Config) (*database, error) {
 	return openDialectFor(ctx, cfg, false)
 }
@@ -194,7 +196,7 @@ func openDialectFor(ctx context.Context, cfg *config.Config, forRelay bool) (*da
 		d, err := sqlserver.New(db, m)
 		if err != nil {
 			_ = db.Close()
-			return nil, err
+			return nil, fmt.Errorf("database: %w", err)
 		}
 		return &database{Dialect: d, sql: db, desc: desc}, nil
 	default:

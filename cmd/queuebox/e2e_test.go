@@ -502,6 +502,19 @@ func TestCheck(t *testing.T) {
 	if code, out := run(); code != 0 || !strings.Contains(out, "set plan_cache_mode = auto") {
 		t.Fatalf("check with plan_cache_mode=auto in the url: exit %d, want 0 and a note\n%s", code, out)
 	}
+	// A database that does not answer: the line names it once, with the fix.
+	cfg = filepath.Join(t.TempDir(), "unreachable.yaml")
+	u, err := url.Parse(w.pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = "127.0.0.1:1"
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), w.pg.URL, u.String(), 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := run(); code != 1 || !strings.Contains(out, "FAIL  cannot reach the database at 127.0.0.1:1") || !strings.Contains(out, "check database.url") {
+		t.Fatalf("check with an unreachable database: exit %d, want 1 and the place once\n%s", code, out)
+	}
 	cfg = healthy
 	if _, err := w.pg.Pool.Exec(context.Background(), `ALTER TABLE outbox DROP COLUMN aggregate_type`); err != nil {
 		t.Fatal(err)
