@@ -353,19 +353,21 @@ type StateCount struct {
 // relay does not. ok is false when the table could not be read in time.
 func (d *Dialect) UnmappedStates(ctx context.Context, within time.Duration) (values []StateCount, ok bool, err error) {
 	mapped := d.mapping.StateValues()
-	col, _ := d.mapping.Column(dialect.ColState)
-	q := fmt.Sprintf(`SELECT %[1]s::text, %[1]s IS NULL, count(*) FROM %[2]s
-		WHERE %[1]s IS NULL OR NOT (%[1]s::text = ANY($1::text[]))
-		GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 10`, QuoteIdent(col), d.mapping.Table(QuoteIdent))
+	q, err := renderFiles(ownFiles, "sql/check", []string{"unmapped_states"}, d.mapping, d.opts)
+	if err != nil {
+		return nil, false, err
+	}
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		return nil, false, interpretError("unmapped states", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", max(1, within.Milliseconds()))); err != nil {
+	// set_config(…, true) is SET LOCAL: the timeout ends with the transaction.
+	timeout := strconv.FormatInt(max(1, within.Milliseconds()), 10)
+	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", timeout); err != nil {
 		return nil, false, interpretError("unmapped states", err)
 	}
-	rows, err := tx.Query(ctx, q, mapped)
+	rows, err := tx.Query(ctx, q["unmapped_states"], mapped)
 	if err == nil {
 		values, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StateCount, error) {
 			var (

@@ -22,6 +22,13 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
+// ownFiles are the queries only this dialect has, outside the set every
+// dialect shares (QueryNames): the table's claim turn (sql/turn) and what
+// `queuebox check` reads (sql/check).
+//
+//go:embed sql/turn/*.sql sql/check/*.sql
+var ownFiles embed.FS
+
 // maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are silently
 // truncated by the server, so they are refused here.
 const maxIdentLen = 63
@@ -89,7 +96,7 @@ func WithLastErrorLength(n int) Option { return func(o *options) { o.lastErrorLe
 // take turns (true, the default; relay.claimTurns: table) or only the claims
 // of one relay (false; relay.claimTurns: replica). In lease mode each claim
 // then first takes a transaction-scoped advisory lock of the table
-// (claimTurnSQL), in the same implicit transaction and network round trip as
+// (sql/turn/queue.sql), in the same implicit transaction and network round trip as
 // the claim statement, so the lock is held exactly as long as the claim.
 // Claims that run at once race for the same rows at the front of the claim
 // index: each skips what the others have locked, walks on, and (keyed) finds
@@ -123,9 +130,11 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 			return nil, err
 		}
 		if !o.replicaTurns {
-			d.turnSQL = claimTurnSQL(m, "pg_advisory_xact_lock")
-			d.tryTurnSQL = claimTurnSQL(m, "pg_try_advisory_xact_lock")
-			d.queueSQL = queueTurnSQL(m)
+			turn, err := renderFiles(ownFiles, "sql/turn", []string{"take", "try", "queue"}, m, o)
+			if err != nil {
+				return nil, err
+			}
+			d.turnSQL, d.tryTurnSQL, d.queueSQL = turn["take"], turn["try"], turn["queue"]
 			d.queueName = preparedName(d.queueSQL)
 		}
 	}
@@ -292,28 +301,8 @@ func (d *Dialect) pollClaim(ctx context.Context, query string, p dialect.ClaimPa
 
 // claimTurnSpace is the high half of the claim turn's advisory lock key;
 // the low half is the table's oid, so each table (whatever the search_path
-// that names it) has its own turn.
+// that names it) has its own turn (sql/claim_turn.tmpl).
 const claimTurnSpace = 0x71627475 // "qbtu"
-
-// claimTurnSQL takes (fn pg_advisory_xact_lock) or tries
-// (pg_try_advisory_xact_lock) the claim turn of m's table: a
-// transaction-scoped advisory lock on claimTurnSpace << 32 | the table's oid.
-func claimTurnSQL(m dialect.Mapping, fn string) string {
-	return "SELECT " + claimTurnCall(m, fn)
-}
-
-// queueTurnSQL takes the claim turn and answers true when it had to queue
-// for it: the try failed, another claim held the turn. CASE evaluates the
-// waiting lock only when the try fails.
-func queueTurnSQL(m dialect.Mapping) string {
-	return fmt.Sprintf("SELECT CASE WHEN %s THEN false ELSE %s IS NOT NULL END",
-		claimTurnCall(m, "pg_try_advisory_xact_lock"), claimTurnCall(m, "pg_advisory_xact_lock"))
-}
-
-func claimTurnCall(m dialect.Mapping, fn string) string {
-	return fmt.Sprintf("%s(%d::bigint << 32 | %s::regclass::oid::bigint)",
-		fn, claimTurnSpace, quoteLiteral(m.Table(QuoteIdent)))
-}
 
 // Renew implements dialect.Dialect.
 func (d *Dialect) Renew(ctx context.Context, p dialect.RenewParams) (int64, error) {

@@ -90,8 +90,8 @@ type partialArgs struct {
 	Hold  bool
 }
 
-// sharedTemplates are the templates every query may call: headOfKey and
-// claimWindow.
+// sharedTemplates are the templates every query may call: headOfKey,
+// claimWindow and claimTurnKey.
 //
 //go:embed sql/*.tmpl
 var sharedTemplates embed.FS
@@ -108,7 +108,11 @@ func parseQuery(name, src string, funcs template.FuncMap) (*template.Template, e
 // renderData is what every .sql template is executed with.
 type renderData struct {
 	Table string // the quoted table
-	Hold  bool   // relay.onDead: hold
+	// TableLiteral is Table as a string constant, for a ::regclass cast;
+	// ClaimTurnSpace the high half of the claim turn's key (claim_turn.tmpl).
+	TableLiteral   string
+	ClaimTurnSpace int64
+	Hold           bool // relay.onDead: hold
 	// UniqueID: the id column has a unique index (WithUniqueID); the
 	// claim's UPDATE does not repeat the head-of-key probe.
 	UniqueID bool
@@ -219,7 +223,8 @@ func newOptions(opts []Option) options {
 }
 
 func renderDataFor(m dialect.Mapping, o options) renderData {
-	return renderData{Table: m.Table(QuoteIdent), Hold: o.hold, UniqueID: o.uniqueID, Limit: renderLimit}
+	return renderData{Table: m.Table(QuoteIdent), TableLiteral: quoteLiteral(m.Table(QuoteIdent)),
+		ClaimTurnSpace: claimTurnSpace, Hold: o.hold, UniqueID: o.uniqueID, Limit: renderLimit}
 }
 
 // parseFile parses one embedded .sql template; file is its path in fsys.

@@ -37,7 +37,7 @@ const cancelTimeout = 2 * time.Second
 //	Execute qb_claim                (runs it on a snapshot taken now)
 //	Sync                            (commits: the turn is released)
 //
-// The turn's statement (queueTurnSQL) answers whether the claim had to
+// The turn's statement (sql/turn/queue.sql) answers whether the claim had to
 // queue for the turn behind another claim; OnClaimTurn's function hears it.
 //
 // The snapshot of an UPDATE … RETURNING is taken when its portal first
