@@ -40,6 +40,8 @@ func WithIDType(typ string) Option { return func(o *options) { o.idType = typ } 
 //	idType     the id column's SQL type
 //	alias "c"  the argument of the shared template headOfKey (head_of_key.tmpl) for
 //	           table alias c
+//	literal x  x as a string constant ('x', quotes doubled): the quoted table
+//	           as the text of a ::regclass cast
 func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 	idType := o.idType
 	if idType == "" {
@@ -75,7 +77,8 @@ func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 			}
 			return expr
 		},
-		"idType": func() string { return idType },
+		"idType":  func() string { return idType },
+		"literal": quoteLiteral,
 		"alias": func(a string) partialArgs {
 			return partialArgs{A: a, Table: m.Table(QuoteIdent), Hold: o.hold}
 		},
@@ -108,9 +111,8 @@ func parseQuery(name, src string, funcs template.FuncMap) (*template.Template, e
 // renderData is what every .sql template is executed with.
 type renderData struct {
 	Table string // the quoted table
-	// TableLiteral is Table as a string constant, for a ::regclass cast;
-	// ClaimTurnSpace the high half of the claim turn's key (claim_turn.tmpl).
-	TableLiteral   string
+	// ClaimTurnSpace is the high half of the claim turn's key
+	// (claim_turn.tmpl).
 	ClaimTurnSpace int64
 	Hold           bool // relay.onDead: hold
 	// UniqueID: the id column has a unique index (WithUniqueID); the
@@ -223,8 +225,8 @@ func newOptions(opts []Option) options {
 }
 
 func renderDataFor(m dialect.Mapping, o options) renderData {
-	return renderData{Table: m.Table(QuoteIdent), TableLiteral: quoteLiteral(m.Table(QuoteIdent)),
-		ClaimTurnSpace: claimTurnSpace, Hold: o.hold, UniqueID: o.uniqueID, Limit: renderLimit}
+	return renderData{Table: m.Table(QuoteIdent), ClaimTurnSpace: claimTurnSpace,
+		Hold: o.hold, UniqueID: o.uniqueID, Limit: renderLimit}
 }
 
 // parseFile parses one embedded .sql template; file is its path in fsys.
