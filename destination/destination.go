@@ -26,6 +26,17 @@ type Destination interface {
 	Close() error
 }
 
+// Streamer is implemented by destinations that can report the outcome of
+// each message as soon as it is known, instead of once the whole batch is
+// done. The engine settles a row, and frees its share of the in-flight
+// budget, when done is called for it: a slow message then holds only
+// itself. PublishEach calls done exactly once for every index of msgs, from
+// any goroutine, and returns after the last call. The errors follow
+// Publish's classification.
+type Streamer interface {
+	PublishEach(ctx context.Context, msgs []outbox.Message, done func(i int, err error))
+}
+
 // Checker is implemented by destinations that can tell whether their target
 // is reachable without sending a message (queuebox check, /health/ready).
 type Checker interface {

@@ -93,6 +93,46 @@ func Unavailable(err error) error { return mark[unavailableMark](err) }
 // IsUnavailable reports whether err was marked Unavailable.
 func IsUnavailable(err error) bool { return hasMark[unavailableMark](err) }
 
+// noRoomError is a failure that says the destination is up but has no room
+// for the message now: a storage or rate limit, a memory or disk alarm.
+type noRoomError struct {
+	err   error
+	limit string
+}
+
+func (e *noRoomError) Error() string { return e.err.Error() }
+func (e *noRoomError) Unwrap() error { return e.err }
+
+// NoRoom marks err as back-pressure: the destination is reachable but has no
+// room now (a JetStream stream or account limit, a RabbitMQ memory or disk
+// alarm, a Kafka quota, an HTTP 429 or 507). The row waits without spending
+// an attempt and the destination pauses until room returns. limit names the
+// limit for metrics and logs, from a fixed set per destination ("max_msgs",
+// "memory_alarm", "http_429"): it must not carry row data. NoRoom(_, nil) is
+// nil.
+func NoRoom(limit string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &noRoomError{err: err, limit: limit}
+}
+
+// NoRoomLimit reports whether err, or an error it wraps, was marked NoRoom,
+// and the limit it names.
+func NoRoomLimit(err error) (limit string, ok bool) {
+	var n *noRoomError
+	if errors.As(err, &n) {
+		return n.limit, true
+	}
+	return "", false
+}
+
+// IsNoRoom reports whether err, or an error it wraps, was marked NoRoom.
+func IsNoRoom(err error) bool {
+	_, ok := NoRoomLimit(err)
+	return ok
+}
+
 // MaybeApplied marks a database error after which the statement may have
 // run and committed all the same: the connection broke, or the context
 // ended, after the statement was sent. A dialect marks such errors; a

@@ -41,3 +41,23 @@ func TestMarks(t *testing.T) {
 		t.Errorf("RetryDelay through marks: %v, %v", d, ok)
 	}
 }
+
+// TestNoRoom: the back-pressure mark carries its limit through wrapping,
+// is neither permanent nor unavailable, and leaves nil nil.
+func TestNoRoom(t *testing.T) {
+	if NoRoom("max_msgs", nil) != nil {
+		t.Fatal("NoRoom(nil) is not nil")
+	}
+	base := errors.New("maximum messages exceeded")
+	err := fmt.Errorf("publish: %w", NoRoom("max_msgs", base))
+	limit, ok := NoRoomLimit(err)
+	if !ok || limit != "max_msgs" || !IsNoRoom(err) || !errors.Is(err, base) {
+		t.Fatalf("NoRoomLimit = %q, %v; IsNoRoom %v; wraps base %v", limit, ok, IsNoRoom(err), errors.Is(err, base))
+	}
+	if IsPermanent(err) || IsUnavailable(err) || !IsRetryable(err) {
+		t.Error("a NoRoom error reads as permanent or unavailable, or not retryable")
+	}
+	if IsNoRoom(base) || IsNoRoom(Unavailable(base)) {
+		t.Error("an unmarked or unavailable error reads as NoRoom")
+	}
+}
