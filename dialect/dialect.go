@@ -50,12 +50,19 @@ type ClaimParams struct {
 	Limit int           // the most rows to claim
 	Lease time.Duration // lease length from the database's now()
 	// Window bounds the candidate scan: when positive, only pending rows
-	// whose sequence is less than Window above the first due pending
-	// row's are considered, so that a claim that finds every head in
-	// flight gives up after about Window rows instead of walking the whole
-	// backlog. 0 considers every pending row. A dialect that cannot bound
-	// its scan may ignore it (the result is then a superset, never wrong).
+	// whose sequence lies in [start, start + Window) are considered, where
+	// start is the sequence of the first due pending row, or From when set.
+	// A claim that finds every row of its window unclaimable (keys held by
+	// batches in flight, waiting out a backoff, held dead) gives up after
+	// about Window rows instead of walking the whole backlog. 0 considers
+	// every pending row. A dialect that cannot bound its scan may ignore
+	// Window and From (the result is then a superset, never wrong).
 	Window int
+	// From, when not 0, starts a windowed claim's window at that sequence
+	// instead of at the first due pending row: the engine sets it to the
+	// Next of an earlier claim to look past rows that cannot be claimed now
+	// (Sweeper).
+	From int64
 	// Poll marks a claim with no sign of ready rows (the caller's last
 	// claim found nothing and nothing woke it). Where claims take turns
 	// across relays and another claim holds the turn, a dialect may return
@@ -65,22 +72,26 @@ type ClaimParams struct {
 	// relay's claims share. Such a claim returns ErrClaimTurnBusy. A
 	// dialect may ignore Poll.
 	Poll bool
-	// IdleWindow, when positive, makes the claim return no rows while a
-	// row whose sequence is less than IdleWindow above the first due
-	// pending row's is processing under an unexpired lease, judged on the
-	// claim's own snapshot: a batch in flight that explains why a claim
-	// with Window = IdleWindow found nothing (its heads are in that batch).
-	// The engine sets it on the unbounded claim it runs after such an
-	// empty windowed claim, so that nobody walks the backlog for nothing
-	// while that batch is out (relay/claim.go). Batches further back
-	// explain nothing and do not count: when the window is pinned (a dead
-	// row held, a head waiting for its retry, with many due rows of its key
-	// behind it), every batch comes from unbounded claims and beyond the
-	// window, and the relays must keep claiming side by side. In lock
-	// mode, where a batch writes nothing and has no lease, the claim
-	// returns no rows while another transaction holds the first due
-	// pending row locked instead. A dialect may ignore IdleWindow.
-	IdleWindow int
+}
+
+// Claimed is what Sweeper.ClaimNext returns.
+type Claimed struct {
+	Messages []outbox.Message
+	// Next is the sequence of the first due pending row at or past the
+	// end of the claim's window, where the next window would start; More
+	// is false when no due pending row lies past the window (or the claim
+	// had none).
+	Next int64
+	More bool
+}
+
+// Sweeper is what a dialect whose claim honours Window and From offers
+// beyond Dialect: a claim that also says where the next window starts.
+// When a window yields fewer rows than asked while More is true, rows that
+// cannot be claimed now fill it, and the engine claims again From Next, so
+// that no stuck key keeps the keys behind it waiting (relay/sweep.go).
+type Sweeper interface {
+	ClaimNext(ctx context.Context, p ClaimParams) (Claimed, error)
 }
 
 // ClaimTurnReporter is what a dialect with a claim turn shared by every

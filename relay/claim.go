@@ -145,9 +145,9 @@ func (e *Engine) claim(ctx context.Context, token string, limit int, poll bool) 
 	// turn, so the next one waits wideScanMinWait, or wideScanCostFactor ×
 	// its cost if longer; a full one may be followed by another at once.
 	wide := e.policy.wideScan()
-	p.Window, p.IdleWindow = 0, p.Window
+	p.Window = 0
 	if wide {
-		p.IdleWindow = 0
+		_ = wide
 	}
 	start := time.Now()
 	msgs, err = e.db.Claim(ctx, p)

@@ -74,6 +74,7 @@ func openPostgresFor(ctx context.Context, cfg *config.Config, forRelay bool) (*p
 		// compiled at each execution (postgres.NoJIT).
 		postgres.PlanEachExecution(pc.ConnConfig)
 		postgres.NoJIT(pc.ConnConfig)
+		postgres.NoBitmapScans(pc.ConnConfig)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -26,6 +26,7 @@ func RunLockMode(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"NoLeaseToRenewOrReap", testLockNoLease},
 		{"ConcurrentClaimersKeepOrder", testLockConcurrent},
 		{"ClaimWindow", testLockClaimWindow},
+		{"ClaimSweep", func(t *testing.T, h Harness, _ lockDialect) { testClaimSweep(t, h) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,6 +45,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"NullAndEmptyKeysUnordered", testUnkeyed},
 		{"EmptyInputs", testEmptyInputs},
 		{"ClaimWindow", testClaimWindow},
+		{"ClaimSweep", testClaimSweep},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,8 @@
 package dialecttest
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,5 +58,96 @@ func testClaimWindow(t *testing.T, h Harness) {
 	msgs = claim(t, ctx, h, newToken(), 10, time.Minute)
 	if len(msgs) != 2 || msgs[0].Key != "late-1" || msgs[1].Key != "late-2" {
 		t.Fatalf("unbounded claim returned %d rows, want the two late heads", len(msgs))
+	}
+}
+
+// testClaimSweep: a window whose rows cannot be claimed now does not keep
+// the rows behind it waiting. The front of the table holds, in this order,
+// a key whose head is in flight (a relay that died holding it, say) and a
+// key whose head waits out a backoff, each with later rows that are due;
+// then ready heads of other keys and an unkeyed row.
+// A windowed claim from the front finds nothing and says where the next
+// window starts; a claim from there takes the ready heads, in sequence
+// order, and never a row of the blocked keys. Only for dialects that
+// implement dialect.Sweeper.
+func testClaimSweep(t *testing.T, h Harness) {
+	sw, ok := h.Dialect().(dialect.Sweeper)
+	if !ok {
+		t.Skip("the dialect has no windowed claim (dialect.Sweeper)")
+	}
+	ctx := testContext(t)
+	const window = 8
+	var tokens []string
+	claimNext := func(p dialect.ClaimParams) (dialect.Claimed, error) {
+		p.Token = newToken()
+		c, err := sw.ClaimNext(ctx, p)
+		if len(c.Messages) > 0 {
+			tokens = append(tokens, p.Token)
+		}
+		return c, err
+	}
+	if bc, ok := h.Dialect().(dialect.BatchCommitter); ok {
+		t.Cleanup(func() { // lock mode: end the batches' transactions
+			for _, tok := range tokens {
+				_ = bc.Commit(context.Background(), tok)
+			}
+		})
+	}
+	var rows []Row
+	for range 6 {
+		rows = append(rows, Row{Topic: "sweep.stuck", Key: "stuck"})
+	}
+	rows = append(rows, Row{Topic: "sweep.backoff", Key: "backoff", Delay: time.Hour})
+	for range 6 {
+		rows = append(rows, Row{Topic: "sweep.backoff", Key: "backoff"})
+	}
+	for i := range 5 {
+		rows = append(rows, Row{Topic: "sweep.ready", Key: fmt.Sprintf("ready-%d", i)})
+	}
+	rows = append(rows, Row{Topic: "sweep.unkeyed"})
+	ids := insert(t, ctx, h, rows...)
+
+	// The stuck key's head goes in flight under a long lease.
+	held, err := claimNext(dialect.ClaimParams{Limit: 1, Lease: longLease, Window: window})
+	if err != nil || len(held.Messages) != 1 || held.Messages[0].ID != ids[0] {
+		t.Fatalf("claim of the stuck head: %v, %v", held.Messages, err)
+	}
+
+	front, err := claimNext(dialect.ClaimParams{Limit: 10, Lease: longLease, Window: window})
+	if err != nil {
+		t.Fatalf("windowed claim from the front: %v", err)
+	}
+	for _, m := range front.Messages {
+		if m.Key == "stuck" || m.Key == "backoff" {
+			t.Fatalf("a claim returned row %s of blocked key %q", m.ID, m.Key)
+		}
+	}
+	if len(front.Messages) != 0 {
+		t.Fatalf("the front window (%d rows of blocked keys) yielded %v, want nothing", window, idsOf(front.Messages))
+	}
+	if !front.More {
+		t.Fatal("the front window yielded nothing and says no due row lies past it, but five ready heads do")
+	}
+
+	var got []string
+	from := front.Next
+	for step := 0; step < 10 && len(got) < 6; step++ {
+		c, err := claimNext(dialect.ClaimParams{Limit: 10, Lease: longLease, Window: window, From: from})
+		if err != nil {
+			t.Fatalf("claim from %d: %v", from, err)
+		}
+		for _, m := range c.Messages {
+			if m.Key == "stuck" || m.Key == "backoff" {
+				t.Fatalf("claim from %d returned row %s of blocked key %q", from, m.ID, m.Key)
+			}
+			got = append(got, m.ID)
+		}
+		if !c.More {
+			break
+		}
+		from = c.Next
+	}
+	if want := ids[13:]; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claims past the blocked front took %v, want the ready heads and the unkeyed row %v in sequence order", got, want)
 	}
 }

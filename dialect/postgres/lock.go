@@ -30,6 +30,7 @@ var (
 	_ dialect.BatchDeadliner = (*LockDialect)(nil)
 	_ dialect.Dialect        = (*LockDialect)(nil)
 	_ dialect.BatchCommitter = (*LockDialect)(nil)
+	_ dialect.Sweeper        = (*LockDialect)(nil)
 )
 
 // LockDialect is lock mode, for existing tables without lease columns or
@@ -86,7 +87,7 @@ func NewLockMode(pool *pgxpool.Pool, m dialect.Mapping, lockTimeout time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	claims, err := newClaimShapes(lockFiles, "sql/lock/claim.sql", m, newOptions(opts))
+	claims, err := newClaimShapes(lockFiles, "sql/lock/claim.sql", "$1", m, newOptions(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -115,15 +116,22 @@ func (d *LockDialect) LockTimeout() time.Duration { return d.timeout }
 // up to Limit head rows and keeps the transaction under Token until Commit.
 // No rows: the transaction ends at once. Lease is ignored.
 func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	c, err := d.ClaimNext(ctx, p)
+	return c.Messages, err
+}
+
+// ClaimNext implements dialect.Sweeper: Claim, and where the next window
+// starts.
+func (d *LockDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (dialect.Claimed, error) {
 	if p.Limit <= 0 {
-		return nil, nil
+		return dialect.Claimed{}, nil
 	}
 	if p.Token == "" {
-		return nil, errors.New("postgres: lock claim: empty token")
+		return dialect.Claimed{}, errors.New("postgres: lock claim: empty token")
 	}
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
-		return nil, interpretError("lock claim", err)
+		return dialect.Claimed{}, interpretError("lock claim", err)
 	}
 	ok := false
 	defer func() {
@@ -136,35 +144,36 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 	ms := strconv.FormatInt(max(d.timeout.Milliseconds(), 1), 10)
 	if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 		set_config('statement_timeout', $1, true)`, ms); err != nil {
-		return nil, interpretError("lock claim", err)
+		return dialect.Claimed{}, interpretError("lock claim", err)
 	}
-	// IdleWindow: the unbounded claim takes nothing while another batch
-	// holds the first due row locked (lock/claim.sql).
-	query, err := d.claims.sql(claimShape{limit: p.Limit, window: p.Window, idleWindow: p.IdleWindow})
+	query, err := d.claims.sql(shapeOf(p))
 	if err != nil {
-		return nil, err
+		return dialect.Claimed{}, err
 	}
 	// Unnamed and uncached (a database.url may turn pgx's caches off), so
-	// planned at every execution: a statement without
-	// parameters, once prepared, keeps its first plan whatever
-	// plan_cache_mode says, and that first plan is usually an idle poll's,
-	// made for an empty table (PlanEachExecution).
-	rows, err := tx.Query(ctx, query, pgx.QueryExecModeExec)
+	// planned at every execution with its parameter's value: a kept
+	// prepared statement would keep a plan made for an idle poll on an
+	// empty table (PlanEachExecution).
+	args := []any{pgx.QueryExecModeExec}
+	if shapeOf(p).sweep {
+		args = append(args, p.From)
+	}
+	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
-		return nil, interpretError("lock claim", err)
+		return dialect.Claimed{}, interpretError("lock claim", err)
 	}
-	msgs, err := scanMessages(rows, p.Limit)
+	claimed, err := scanClaim(rows, p)
 	if err != nil {
-		return nil, interpretError("lock claim", err)
+		return dialect.Claimed{}, interpretError("lock claim", err)
 	}
-	if len(msgs) == 0 {
-		return nil, nil // rolled back by the deferred call
+	if len(claimed.Messages) == 0 {
+		return claimed, nil // rolled back by the deferred call
 	}
-	b := &lockedBatch{tx: tx, rows: len(msgs), deadline: time.Now().Add(d.timeout)}
+	b := &lockedBatch{tx: tx, rows: len(claimed.Messages), deadline: time.Now().Add(d.timeout)}
 	d.mu.Lock()
 	if _, dup := d.batches[p.Token]; dup {
 		d.mu.Unlock()
-		return nil, fmt.Errorf("postgres: lock claim: token %s is already in use", p.Token)
+		return dialect.Claimed{}, fmt.Errorf("postgres: lock claim: token %s is already in use", p.Token)
 	}
 	d.batches[p.Token] = b
 	d.mu.Unlock()
@@ -172,7 +181,7 @@ func (d *LockDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbo
 		b.fail(fmt.Errorf("the batch held its locks longer than the lock timeout (%v)", d.timeout))
 	})
 	ok = true
-	return msgs, nil
+	return claimed, nil
 }
 
 // fail records the batch's first failure and rolls its transaction back

@@ -33,7 +33,10 @@ var ownFiles embed.FS
 // truncated by the server, so they are refused here.
 const maxIdentLen = 63
 
-var _ dialect.Dialect = (*Dialect)(nil)
+var (
+	_ dialect.Dialect = (*Dialect)(nil)
+	_ dialect.Sweeper = (*Dialect)(nil)
+)
 
 // Dialect is the PostgreSQL dialect: the delivery-path SQL rendered for one
 // mapping, run on a pgx pool.
@@ -126,7 +129,7 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 	}
 	d := &Dialect{pool: pool, mapping: m, opts: o, queries: queries}
 	if !o.lock {
-		if d.claims, err = newClaimShapes(sqlFiles, "sql/claim.sql", m, o); err != nil {
+		if d.claims, err = newClaimShapes(sqlFiles, "sql/claim.sql", "$3", m, o); err != nil {
 			return nil, err
 		}
 		if !o.replicaTurns {
@@ -221,15 +224,21 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 
 // Claim implements dialect.Dialect.
 func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	c, err := d.ClaimNext(ctx, p)
+	return c.Messages, err
+}
+
+// ClaimNext implements dialect.Sweeper.
+func (d *Dialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (dialect.Claimed, error) {
 	if p.Limit <= 0 {
-		return nil, nil
+		return dialect.Claimed{}, nil
 	}
 	if p.Lease <= 0 {
-		return nil, errors.New("postgres: claim: lease must be positive")
+		return dialect.Claimed{}, errors.New("postgres: claim: lease must be positive")
 	}
-	query, kept, err := d.claims.sqlKept(claimShape{limit: p.Limit, window: p.Window, idleWindow: p.IdleWindow})
+	query, kept, err := d.claims.sqlKept(shapeOf(p))
 	if err != nil {
-		return nil, err
+		return dialect.Claimed{}, err
 	}
 	switch {
 	case d.turnSQL == "":
@@ -238,6 +247,15 @@ func (d *Dialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Me
 		return d.pollClaim(ctx, query.sql, p)
 	}
 	return d.turnClaim(ctx, query, kept, p)
+}
+
+// claimArgs are the bind parameters of claim.sql: the token, the lease and,
+// for a window past the front, where it starts.
+func claimArgs(p dialect.ClaimParams) []any {
+	if shapeOf(p).sweep {
+		return []any{p.Token, micros(p.Lease), p.From}
+	}
+	return []any{p.Token, micros(p.Lease)}
 }
 
 func compareMessages(a, b outbox.Message) int {
@@ -253,27 +271,27 @@ func compareMessages(a, b outbox.Message) int {
 // claim runs one rendered claim statement without a claim turn (replica
 // turns: WithTableClaimTurns(false)); a claim with the table's turn is
 // turnClaim, a poll pollClaim.
-func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
-	rows, err := d.pool.Query(ctx, query, p.Token, micros(p.Lease))
+func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) (dialect.Claimed, error) {
+	rows, err := d.pool.Query(ctx, query, claimArgs(p)...)
 	// The statement's implicit transaction commits with its last message,
 	// which scanMessages reads (rows.Err reports a failed commit).
-	return claimedRows(rows, err, p.Limit, func() error { return nil })
+	return claimedRows(rows, err, p, func() error { return nil })
 }
 
 // claimedRows reads the rows of a claim statement, then commits the claim's
 // transaction with commit; any error is the claim's.
-func claimedRows(rows pgx.Rows, err error, limit int, commit func() error) ([]outbox.Message, error) {
+func claimedRows(rows pgx.Rows, err error, p dialect.ClaimParams, commit func() error) (dialect.Claimed, error) {
 	if err != nil {
-		return nil, interpretError("claim", err)
+		return dialect.Claimed{}, interpretError("claim", err)
 	}
-	msgs, err := scanMessages(rows, limit)
+	c, err := scanClaim(rows, p)
 	if err == nil {
 		err = commit()
 	}
 	if err != nil {
-		return nil, interpretError("claim", err)
+		return dialect.Claimed{}, interpretError("claim", err)
 	}
-	return msgs, nil
+	return c, nil
 }
 
 // pollClaim is claim for a poll (dialect.ClaimParams.Poll): it tries the
@@ -282,21 +300,21 @@ func claimedRows(rows pgx.Rows, err error, limit int, commit func() error) ([]ou
 // transaction of its own (four round trips instead of one; polls are the
 // idle path). When another claim holds the turn it returns
 // dialect.ErrClaimTurnBusy.
-func (d *Dialect) pollClaim(ctx context.Context, query string, p dialect.ClaimParams) ([]outbox.Message, error) {
+func (d *Dialect) pollClaim(ctx context.Context, query string, p dialect.ClaimParams) (dialect.Claimed, error) {
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
-		return nil, interpretError("claim", err)
+		return dialect.Claimed{}, interpretError("claim", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var free bool
 	if err := tx.QueryRow(ctx, d.tryTurnSQL).Scan(&free); err != nil {
-		return nil, interpretError("claim turn", err)
+		return dialect.Claimed{}, interpretError("claim turn", err)
 	}
 	if !free {
-		return nil, dialect.ErrClaimTurnBusy
+		return dialect.Claimed{}, dialect.ErrClaimTurnBusy
 	}
-	rows, err := tx.Query(ctx, query, p.Token, micros(p.Lease))
-	return claimedRows(rows, err, p.Limit, func() error { return tx.Commit(ctx) })
+	rows, err := tx.Query(ctx, query, claimArgs(p)...)
+	return claimedRows(rows, err, p, func() error { return tx.Commit(ctx) })
 }
 
 // claimTurnSpace is the high half of the claim turn's advisory lock key;

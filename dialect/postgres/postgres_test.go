@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -392,8 +391,6 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 			query, err = d.claims.sql(claimShape{limit: 100, window: 0})
 		case "claim#window":
 			query, err = d.claims.sql(claimShape{limit: 100, window: 1000})
-		case "claim#idle":
-			query, err = d.claims.sql(claimShape{limit: 100, idleWindow: 1000})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -404,7 +401,6 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	plans := map[string]string{
 		"claim":           explain("claim", token, int64(30e6)),
 		"claim#window":    explain("claim#window", token, int64(30e6)),
-		"claim#idle":      explain("claim#idle", token, int64(30e6)),
 		"release_expired": explain("release_expired", 100),
 		"complete":        explain("complete", token, []string{token}),
 		// The operator queries on finished and pending rows (migration
@@ -421,7 +417,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 			t.Errorf("%s plan scans the whole table:\n%s", name, plan)
 		}
 	}
-	for _, name := range []string{"claim", "claim#window", "claim#idle"} {
+	for _, name := range []string{"claim", "claim#window"} {
 		for _, idx := range []string{"outbox_claim_idx", "outbox_key_sequence_idx"} {
 			if !strings.Contains(plans[name], idx) {
 				t.Errorf("%s plan does not use %s:\n%s", name, idx, plans[name])
@@ -437,7 +433,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	// is the primary key (WithUniqueID): the same indexes, one head-of-key
 	// probe fewer.
 	unique := newDialect(t, pg.Pool, WithUniqueID(true))
-	for name, shape := range map[string]claimShape{"claim": {limit: 100}, "claim#window": {limit: 100, window: 1000}, "claim#idle": {limit: 100, idleWindow: 1000}} {
+	for name, shape := range map[string]claimShape{"claim": {limit: 100}, "claim#window": {limit: 100, window: 1000}} {
 		query, err := unique.claims.sql(shape)
 		if err != nil {
 			t.Fatal(err)
@@ -455,9 +451,6 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		if probes >= guarded {
 			t.Errorf("%s (unique id) plan probes the key index %d times, the guarded one %d:\n%s", name, probes, guarded, plan)
 		}
-	}
-	if idle := plans["claim#idle"]; !strings.Contains(idle, "One-Time Filter") || !strings.Contains(idle, "outbox_processing_idx") {
-		t.Errorf("the idle claim does not test for batches in flight once, on the processing index, before its scan:\n%s", idle)
 	}
 	const sentRange = "'sent'::text"
 	if counts := explain("stats_counts", true); !strings.Contains(counts, sentRange) {
@@ -510,7 +503,8 @@ func explainPlan(t *testing.T, ctx context.Context, db querier, query string, ar
 // TestClaimKeepsTheOrderedScan: on a table whose physical order does not
 // follow sequence (the usual state of a busy outbox, whose new row versions
 // land wherever a page has room), the windowed claims of both modes still
-// read outbox_claim_idx in order and stop at the limit. A window written as
+// read outbox_claim_idx in order and stop at the limit, from the front and
+// past it (dialect.ClaimParams.From). A window written as
 // a two-sided range over values computed in the statement (first <=
 // sequence < first + W) made the planner estimate 0.5 % of the pending
 // rows in the window instead of a third, and choose a bitmap scan of the
@@ -542,16 +536,34 @@ func TestClaimKeepsTheOrderedScan(t *testing.T) {
 	if correlation > 0.3 || correlation < -0.3 {
 		t.Fatalf("setup: heap correlation with sequence %.2f, want about 0", correlation)
 	}
-	for name, shapes := range map[string]*claimShapes{"lease": d.claims, "lock": lock.claims} {
-		query, err := shapes.sql(claimShape{limit: 100, window: 1000})
+	// A connection set up as the relay's are.
+	cc := pg.Pool.Config().ConnConfig.Copy()
+	PlanEachExecution(cc)
+	NoJIT(cc)
+	NoBitmapScans(cc)
+	relayConn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relayConn.Close(context.Background()) })
+	for _, tc := range []struct {
+		name   string
+		shapes *claimShapes
+		sweep  bool
+	}{{"lease", d.claims, false}, {"lock", lock.claims, false}, {"lease past the front", d.claims, true}, {"lock past the front", lock.claims, true}} {
+		name := tc.name
+		query, err := tc.shapes.sql(claimShape{limit: 100, window: 1000, sweep: tc.sweep})
 		if err != nil {
 			t.Fatal(err)
 		}
-		args := []any{"6f1c1a5e-0000-4000-8000-000000000001", int64(30e6)}
-		if name == "lock" {
-			args = nil
+		var args []any
+		if tc.shapes == d.claims {
+			args = append(args, "6f1c1a5e-0000-4000-8000-000000000001", int64(30e6))
 		}
-		plan := explainPlan(t, ctx, pg.Pool, query, args...)
+		if tc.sweep {
+			args = append(args, int64(19000))
+		}
+		plan := explainPlan(t, ctx, relayConn, query, args...)
 		if !strings.Contains(plan, "Index Scan using outbox_claim_idx on outbox c") || strings.Contains(plan, "Bitmap Heap Scan on outbox c") {
 			t.Errorf("%s claim does not read outbox_claim_idx in order:\n%s", name, plan)
 		}
@@ -560,10 +572,11 @@ func TestClaimKeepsTheOrderedScan(t *testing.T) {
 
 // TestClaimShapes: the batch size and the window are literals of the
 // rendered claim (a generic plan and a custom one are the same), each shape
-// is rendered once, and only the token and the lease are parameters.
+// is rendered once, and only the token, the lease and (windowed) the
+// window's lowest start are parameters.
 func TestClaimShapes(t *testing.T) {
 	m := dialect.DefaultMapping()
-	c, err := newClaimShapes(sqlFiles, "sql/claim.sql", m, options{})
+	c, err := newClaimShapes(sqlFiles, "sql/claim.sql", "$3", m, options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,8 +589,15 @@ func TestClaimShapes(t *testing.T) {
 			t.Errorf("windowed claim lacks %q:\n%s", want, windowed)
 		}
 	}
-	if strings.Contains(windowed, "$3") || strings.Contains(windowed, "$4") {
-		t.Errorf("windowed claim has more than two parameters:\n%s", windowed)
+	if strings.Contains(windowed, "$3") {
+		t.Errorf("windowed claim from the front has more than two parameters:\n%s", windowed)
+	}
+	sweep, err := c.sql(claimShape{limit: 250, window: 4000, sweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sweep, "$3::bigint + 4000::bigint") || strings.Contains(sweep, "$4") {
+		t.Errorf("windowed claim past the front does not take its start as the third parameter:\n%s", sweep)
 	}
 	full, err := c.sql(claimShape{limit: 250, window: 0})
 	if err != nil {
@@ -697,82 +717,5 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	}
 	if held != 0 {
 		t.Fatalf("%d advisory locks held after a poll: the turn outlived its claim", held)
-	}
-}
-
-// TestIdleWindowClaimWaitsForBatchesInTheWindow: a claim with IdleWindow
-// takes nothing while a row within that window of the first due pending
-// row is processing under an unexpired lease, and does not even start its
-// scan (the engine's unbounded claim: relay/claim.go). An expired lease, a
-// completed batch, or a batch in flight further back does not count: such
-// a batch does not explain an empty window, and with a pinned window every
-// batch is one of those.
-func TestIdleWindowClaimWaitsForBatchesInTheWindow(t *testing.T) {
-	pg := testenv.Postgres(t)
-	ctx := testenv.Context(t, 30*time.Second)
-	d := newDialect(t, pg.Pool)
-	const window = 10
-	// Four rows at the front, then 20 further back.
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'idle.front', '{}' FROM generate_series(1, 4)`)
-	pg.MustExec(t, ctx, `INSERT INTO outbox (topic, payload) SELECT 'idle.back', '{}' FROM generate_series(1, 20)`)
-	idleClaim := func(limit int) []outbox.Message {
-		t.Helper()
-		msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: limit, Lease: time.Hour, IdleWindow: window})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return msgs
-	}
-	first, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 1, Lease: time.Hour})
-	if err != nil || len(first) != 1 || first[0].Topic != "idle.front" {
-		t.Fatalf("claim: %d rows, %v; want the first front row", len(first), err)
-	}
-	if got := idleClaim(3); len(got) != 0 {
-		t.Fatalf("idle claim took %d rows while a batch was in flight in the window, want 0", len(got))
-	}
-	// The scan did not start: the test for batches in flight is a one-time
-	// filter, evaluated before it.
-	query, err := d.claims.sql(claimShape{limit: 3, idleWindow: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := pg.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	plan := explainPlan(t, ctx, tx, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+query, uuid.NewString(), int64(30e6))
-	if !strings.Contains(plan, "on outbox c (never executed)") {
-		t.Errorf("idle claim beside a batch in flight in the window scanned the pending rows:\n%s", plan)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// An expired lease does not count (the reaper has not run yet: the row
-	// is still processing).
-	pg.MustExec(t, ctx, `UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, first[0].ID)
-	second := idleClaim(1)
-	if len(second) != 1 {
-		t.Fatalf("idle claim took %d rows beside an expired lease only, want 1", len(second))
-	}
-	if got := idleClaim(3); len(got) != 0 {
-		t.Fatalf("idle claim took %d rows while a batch was in flight in the window, want 0", len(got))
-	}
-	// A completed batch does not count.
-	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'sent', lease_expires_at = NULL WHERE id = $1`, second[0].ID)
-	if got := idleClaim(2); len(got) != 2 {
-		t.Fatalf("idle claim took %d rows with no batch in flight, want the 2 left at the front", len(got))
-	}
-	// Those two are in flight now, at the front. Complete them, hold the
-	// last back row instead (far beyond the window of the front), and the
-	// idle claim goes on claiming.
-	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'sent', lease_expires_at = NULL WHERE topic = 'idle.front' AND state = 'processing'`)
-	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'processing', claim_token = gen_random_uuid(), claimed_at = now(),
-		lease_expires_at = now() + interval '1 hour'
-		WHERE sequence = (SELECT max(sequence) FROM outbox)`)
-	pg.MustExec(t, ctx, `UPDATE outbox SET state = 'dead' WHERE topic = 'idle.front' AND state = 'pending'`)
-	if got := idleClaim(5); len(got) != 5 {
-		t.Fatalf("idle claim took %d rows beside a batch in flight beyond the window, want 5", len(got))
 	}
 }

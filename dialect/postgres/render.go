@@ -123,12 +123,11 @@ type renderData struct {
 	// literals in the SQL, not bind parameters; see claimShapes.
 	Limit  int
 	Window int
-	// IdleWindow renders the claim that takes nothing while a batch is in
-	// flight within that many sequence numbers of the first due pending row
-	// (dialect.ClaimParams.IdleWindow); lock/claim.sql, which cannot see how
-	// far a batch reaches, only asks whether another batch holds the first
-	// due row locked.
-	IdleWindow int
+	// Sweep renders a window that starts at From (dialect.ClaimParams.From)
+	// rather than at the first due pending row; From is its bind parameter
+	// ($3 in claim.sql, $1 in lock/claim.sql).
+	Sweep bool
+	From  string
 }
 
 // renderLimit is the LIMIT of the claim statements that Render and
@@ -137,16 +136,21 @@ type renderData struct {
 const renderLimit = 100
 
 // maxClaimShapes bounds the claim statements one dialect keeps rendered. An
-// engine asks for four at most: windowed and unbounded (waiting for the
-// batches in its window, IdleWindow), each of the batch size and of its
-// share.
+// engine asks for a handful: its batch size and the smaller claims it makes
+// when its in-flight budget is nearly full.
 const maxClaimShapes = 16
 
 // claimShape is what a rendered claim statement is made for: its LIMIT, its
-// window (0: unbounded) and the window whose batches in flight make it take
-// nothing (0: none).
+// window (0: unbounded), and whether the window starts at a given sequence
+// (dialect.ClaimParams.From) rather than at the front.
 type claimShape struct {
-	limit, window, idleWindow int
+	limit, window int
+	sweep         bool
+}
+
+// shapeOf is the claim shape of p.
+func shapeOf(p dialect.ClaimParams) claimShape {
+	return claimShape{limit: p.Limit, window: max(p.Window, 0), sweep: p.Window > 0 && p.From != 0}
 }
 
 // claimShapes renders a claim statement per shape (claimShape), once.
@@ -172,13 +176,16 @@ type renderedClaim struct {
 }
 
 // newClaimShapes parses the claim template file of fsys for m.
-func newClaimShapes(fsys fs.FS, file string, m dialect.Mapping, o options) (*claimShapes, error) {
+// from is the bind parameter of dialect.ClaimParams.From in that file.
+func newClaimShapes(fsys fs.FS, file, from string, m dialect.Mapping, o options) (*claimShapes, error) {
 	tmpl, err := parseFile(fsys, file, templateFuncs(m, o))
 	if err != nil {
 		return nil, err
 	}
-	c := &claimShapes{tmpl: tmpl, data: renderDataFor(m, o), shapes: map[claimShape]renderedClaim{}}
-	if _, err := c.sql(claimShape{limit: renderLimit, idleWindow: renderLimit}); err != nil { // fail at start, not at the first claim
+	data := renderDataFor(m, o)
+	data.From = from
+	c := &claimShapes{tmpl: tmpl, data: data, shapes: map[claimShape]renderedClaim{}}
+	if _, err := c.sql(claimShape{limit: renderLimit, window: renderLimit}); err != nil { // fail at start, not at the first claim
 		return nil, err
 	}
 	return c, nil
@@ -196,14 +203,15 @@ func (c *claimShapes) sql(key claimShape) (string, error) {
 // deallocates the others after their claim), so that a caller asking for
 // ever new shapes cannot fill the connections with prepared statements.
 func (c *claimShapes) sqlKept(key claimShape) (renderedClaim, bool, error) {
-	key.window, key.idleWindow = max(key.window, 0), max(key.idleWindow, 0)
+	key.window = max(key.window, 0)
+	key.sweep = key.sweep && key.window > 0
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r, ok := c.shapes[key]; ok {
 		return r, true, nil
 	}
 	d := c.data
-	d.Limit, d.Window, d.IdleWindow = key.limit, key.window, key.idleWindow
+	d.Limit, d.Window, d.Sweep = key.limit, key.window, key.sweep
 	q, err := execute(c.tmpl, d)
 	if err != nil {
 		return renderedClaim{}, false, err

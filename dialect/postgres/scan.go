@@ -30,21 +30,39 @@ import (
 // the same values as *string, *int64 and *time.Time did; nullTime also
 // reads timestamp and date, like *time.Time.
 func scanMessages(rows rowScanner, limit int) ([]outbox.Message, error) {
+	c, err := scanRows(rows, limit, false)
+	return c.Messages, err
+}
+
+// scanClaim reads the rows of a claim statement rendered for p: with a
+// window, each row ends with the start of the next window, and a claim that
+// took nothing returns one row whose other columns are NULL.
+func scanClaim(rows rowScanner, p dialect.ClaimParams) (dialect.Claimed, error) {
+	return scanRows(rows, p.Limit, p.Window > 0)
+}
+
+func scanRows(rows rowScanner, limit int, withNext bool) (dialect.Claimed, error) {
 	defer rows.Close()
 	msgs := make([]outbox.Message, 0, limit)
 	var (
 		id, topic, key, aggregateType pgtype.Text
 		attempt, maxAttempts, seq     pgtype.Int8
 		createdAt, scheduledAt        nullTime
+		next                          pgtype.Int8
 	)
+	targets := []any{&id, &topic, &key, nil, nil, &aggregateType,
+		&attempt, &maxAttempts, &seq, &createdAt, &scheduledAt}
+	if withNext {
+		targets = append(targets, &next)
+	}
 	for rows.Next() {
 		var (
 			m                outbox.Message
 			payload, headers []byte
 		)
-		if err := rows.Scan(&id, &topic, &key, &payload, &headers, &aggregateType,
-			&attempt, &maxAttempts, &seq, &createdAt, &scheduledAt); err != nil {
-			return nil, err
+		targets[3], targets[4] = &payload, &headers
+		if err := rows.Scan(targets...); err != nil {
+			return dialect.Claimed{}, err
 		}
 		if !id.Valid {
 			// Nothing can settle a row without an id. Lease mode never
@@ -75,10 +93,10 @@ func scanMessages(rows rowScanner, limit int) ([]outbox.Message, error) {
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return dialect.Claimed{}, err
 	}
 	slices.SortFunc(msgs, compareMessages)
-	return msgs, nil
+	return dialect.Claimed{Messages: msgs, Next: next.Int64, More: next.Valid}, nil
 }
 
 // rowScanner is what scanMessages reads: pgx.Rows, or turnRows.

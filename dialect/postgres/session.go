@@ -43,6 +43,19 @@ func PlanEachExecution(cc *pgx.ConnConfig) {
 // batch size, so smaller claims stay under the threshold either way.
 func NoJIT(cc *pgx.ConnConfig) { setUnlessChosen(cc, "jit", "off") }
 
+// NoBitmapScans sets PostgreSQL's enable_bitmapscan = off on the connections
+// made with cc, unless cc already sets it. The relay opens its pool with it.
+// A claim reads its window through the claim index in sequence order and
+// stops once it holds enough heads. Past the front of the table its window
+// is a range between two given sequences, and the planner, estimating the
+// pending rows of that range from a histogram of the whole table (mostly
+// finished rows), expects a handful and prefers a bitmap scan of the whole
+// window and a sort: every row of the window read and tested for head of
+// its key before the first is locked. The relay's other statements reach
+// their rows by primary key or through small partial indexes, where a
+// plain index scan does as well.
+func NoBitmapScans(cc *pgx.ConnConfig) { setUnlessChosen(cc, "enable_bitmapscan", "off") }
+
 // setUnlessChosen sets the startup parameter name to value unless cc
 // already chooses a value for it.
 func setUnlessChosen(cc *pgx.ConnConfig, name, value string) {

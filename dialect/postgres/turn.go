@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/outbox"
 )
 
 // claimPortal names the portal of the claim statement in turnClaim.
@@ -51,10 +50,10 @@ const cancelTimeout = 2 * time.Second
 // (claimShapes.sqlKept): those stay prepared on the connection; any other
 // is deallocated after its claim, so that a caller asking for ever new
 // shapes cannot fill the connections with prepared statements.
-func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool, p dialect.ClaimParams) (msgs []outbox.Message, err error) {
+func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool, p dialect.ClaimParams) (claimed dialect.Claimed, err error) {
 	c, err := d.pool.Acquire(ctx)
 	if err != nil {
-		return nil, interpretError("claim", err)
+		return dialect.Claimed{}, interpretError("claim", err)
 	}
 	defer c.Release()
 	conn := c.Conn()
@@ -83,14 +82,14 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 	}()
 	claim, err := conn.Prepare(ctx, name, query.sql)
 	if err != nil {
-		return nil, interpretError("claim", err)
+		return dialect.Claimed{}, interpretError("claim", err)
 	}
 	if !kept {
 		drop = append(drop, name)
 	}
 	turn, err := conn.Prepare(ctx, d.queueName, d.queueSQL)
 	if err != nil {
-		return nil, interpretError("claim turn", err)
+		return dialect.Claimed{}, interpretError("claim turn", err)
 	}
 	// Each column in the format pgx itself would ask for: binary for the
 	// types it knows, text for the rest (an enum topic, say).
@@ -99,14 +98,18 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 		formats[i] = conn.TypeMap().FormatCodeForOID(f.DataTypeOID)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, interpretError("claim", err) // nothing sent: nothing to cancel
+		return dialect.Claimed{}, interpretError("claim", err) // nothing sent: nothing to cancel
 	}
 	pc := conn.PgConn()
 	fe := pc.Frontend()
+	params := [][]byte{[]byte(p.Token), strconv.AppendInt(nil, micros(p.Lease), 10)}
+	if shapeOf(p).sweep {
+		params = append(params, strconv.AppendInt(nil, p.From, 10))
+	}
 	fe.SendBind(&pgproto3.Bind{
 		DestinationPortal: claimPortal, PreparedStatement: claim.Name,
 		ParameterFormatCodes: []int16{pgtype.TextFormatCode},
-		Parameters:           [][]byte{[]byte(p.Token), strconv.AppendInt(nil, micros(p.Lease), 10)},
+		Parameters:           params,
 		ResultFormatCodes:    formats,
 	})
 	fe.SendBind(&pgproto3.Bind{PreparedStatement: turn.Name})
@@ -116,7 +119,7 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 	sent := time.Now()
 	if err := fe.Flush(); err != nil {
 		broken = true
-		return nil, interpretError("claim", err)
+		return dialect.Claimed{}, interpretError("claim", err)
 	}
 	// The context is watched once for the whole exchange, not for each
 	// message (pgconn's ReceiveMessage would for every row): when it ends,
@@ -129,7 +132,7 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 		_ = pc.Conn().SetReadDeadline(time.Now())
 	})
 	rows := &turnRows{conn: conn, fields: claim.Fields, formats: formats}
-	msgs, err = scanMessages(rows, p.Limit)
+	claimed, err = scanClaim(rows, p)
 	if !stop() {
 		<-fired
 		if !rows.broken && pc.Conn().SetReadDeadline(time.Time{}) != nil {
@@ -168,11 +171,11 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 	}
 	switch {
 	case rows.turnErr != nil:
-		return nil, interpretError("claim turn", rows.turnErr)
+		return dialect.Claimed{}, interpretError("claim turn", rows.turnErr)
 	case err != nil:
-		return nil, interpretError("claim", err)
+		return dialect.Claimed{}, interpretError("claim", err)
 	}
-	return msgs, nil
+	return claimed, nil
 }
 
 // preparedName names a statement that turnClaim prepares. Not its SQL

@@ -27,18 +27,15 @@
 -- condition is one shared template, head_of_key.tmpl; the bounded candidate
 -- window (.Window) another, claim_window.tmpl.
 --
--- .IdleWindow (dialect.ClaimParams.IdleWindow) renders the claim that takes
--- nothing while a row within .IdleWindow sequence numbers of the first due
--- pending row is processing under an unexpired lease: a batch in flight
--- that explains why the windowed claim found nothing. The condition does
--- not depend on the candidate, so PostgreSQL evaluates it once, before the
--- scan, on the claim's snapshot (a one-time filter: beside such a batch the
--- statement reads the processing index and stops). The engine runs it as
--- the unbounded claim after an empty window. With the table's claim turn
--- (the default) its snapshot includes every claim before it; with
--- relay.claimTurns: replica a claim committed meanwhile can be missed, and
--- the unbounded claim then walks the backlog as it did before the
--- condition existed.
+-- .Window renders the windowed claim: it considers only the rows of a
+-- window of .Window sequence numbers, from the first due pending row or,
+-- with .Sweep, from a sequence given as the third parameter
+-- (claim_window.tmpl). It answers, beside the rows it claimed, where the
+-- next window would start: one more row when nothing was claimed, its
+-- columns NULL but the last. The engine starts its next claim there when
+-- a window's rows cannot be claimed now (keys held by other batches,
+-- waiting out a backoff, or held dead), so that no such row keeps the rows
+-- behind it waiting (relay/sweep.go).
 WITH candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
@@ -46,18 +43,12 @@ WITH candidates AS (
       {{ if has "scheduledAt" }}AND c.{{ col "scheduledAt" }} <= now(){{ end }}
 {{- template "headOfKey" (alias "c") }}
 {{- template "claimWindow" . }}
-{{- if .IdleWindow }}
-      AND NOT EXISTS (
-          SELECT 1
-          FROM {{ .Table }} AS f
-          WHERE f.{{ col "state" }} = {{ state "processing" }}
-            AND f.{{ col "leaseExpiresAt" }} > now()
-            AND f.{{ col "sequence" }} < {{ template "windowStart" . }} + {{ .IdleWindow }}::bigint)
-{{- end }}
     ORDER BY c.{{ col "sequence" }}, c.{{ col "id" }}
     LIMIT {{ .Limit }}
     FOR UPDATE OF c SKIP LOCKED
-)
+){{ if .Window }},
+claimed AS (
+{{- end }}
 UPDATE {{ .Table }} AS o
 SET {{ col "state" }} = {{ state "processing" }},
     {{ col "claimToken" }} = $1,
@@ -93,3 +84,9 @@ RETURNING o.{{ col "id" }}::text,
           o.{{ col "sequence" }},
           {{ if has "createdAt" }}o.{{ col "createdAt" }}{{ else }}now(){{ end }},
           {{ if has "scheduledAt" }}o.{{ col "scheduledAt" }}{{ else }}now(){{ end }}
+{{- if .Window }}
+)
+SELECT claimed.*, nx.next
+FROM (SELECT {{ template "nextWindow" . }} AS next) AS nx
+LEFT JOIN claimed ON true
+{{- end }}
