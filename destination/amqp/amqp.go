@@ -11,7 +11,8 @@
 // amqp091 does not reconnect by itself. The destination keeps one connection
 // and a small pool of confirm-mode channels; a channel closed by a broker
 // error is dropped and replaced on the next Publish, and a dead connection is
-// redialled on the next Publish. See doc.go for the full behaviour.
+// redialled on the next Publish. docs/destinations/amqp.md has the full
+// behaviour and the classification of every failure.
 package amqp
 
 import (
@@ -25,7 +26,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -114,9 +114,14 @@ type Destination struct {
 	// replaced by tests to count the waits.
 	waitClose func(dead <-chan struct{})
 
+	// adjust, set by tests only, changes a message's properties before
+	// the checks and the publish (a property the broker refuses).
+	adjust func(m *outbox.Message, p *amqp.Publishing)
+
 	mu     sync.Mutex
 	conn   *amqp.Connection
 	raw    net.Conn // conn's socket: closing it ends a write the broker blocks
+	alarm  *alarm   // conn's resource alarm
 	gen    uint64
 	idle   []*session
 	known  map[string]bool // exchanges declared or checked on conn
@@ -214,207 +219,6 @@ func redactURI(u amqp.URI) string {
 	return s
 }
 
-// connLocked returns a live connection, dialling when there is none. d.mu
-// is held.
-func (d *Destination) connLocked(ctx context.Context) (*amqp.Connection, uint64, error) {
-	if d.closed {
-		return nil, 0, ErrClosed
-	}
-	if d.conn != nil && !d.conn.IsClosed() {
-		return d.conn, d.gen, nil
-	}
-	timeout := d.opts.DialTimeout
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
-		timeout = time.Until(dl)
-	}
-	if timeout <= 0 {
-		return nil, 0, ctx.Err()
-	}
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName("queuebox/" + d.opts.Name)
-	var raw net.Conn
-	cfg := amqp.Config{
-		TLSClientConfig: d.opts.TLS,
-		Properties:      props,
-		Heartbeat:       10 * time.Second,
-		Locale:          "en_US",
-		Dial: func(network, addr string) (net.Conn, error) {
-			dctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			c, err := d.dial(dctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			// Bounds the TLS and AMQP handshakes; amqp091 clears it once
-			// the connection is open.
-			if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
-				_ = c.Close()
-				return nil, err
-			}
-			raw = c
-			return c, nil
-		},
-	}
-	conn, err := amqp.DialConfig(d.opts.URL, cfg)
-	if err != nil {
-		return nil, 0, outbox.Unavailable(fmt.Errorf("amqp %s: connect: %w", d.redacted, scrubURL(err)))
-	}
-	if d.conn != nil {
-		d.log.Info("amqp connection re-established")
-	}
-	d.conn, d.raw = conn, raw
-	d.gen++
-	d.known = map[string]bool{}
-	for _, s := range d.idle {
-		s.discard()
-	}
-	d.idle = nil
-	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
-	gen := d.gen
-	go func() {
-		if e, ok := <-closes; ok && e != nil {
-			d.log.Warn("amqp connection closed; will reconnect on next publish", "generation", gen, "error", e)
-		}
-	}()
-	return conn, d.gen, nil
-}
-
-func scrubURL(err error) error {
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
-		return uerr.Err
-	}
-	return err
-}
-
-// session is one confirm-mode channel, owned by one Publish at a time.
-type session struct {
-	ch      *amqp.Channel
-	raw     net.Conn // the connection's socket
-	gen     uint64
-	returns chan amqp.Return
-	closes  chan *amqp.Error
-	sync    chan chan struct{}
-	dead    chan struct{} // closed when the channel is closed
-	exited  chan struct{} // closed when watch returns
-
-	mu       sync.Mutex
-	returned map[string]amqp.Return // message_id -> return, for the current batch
-	closeErr *amqp.Error
-}
-
-func (d *Destination) acquire(ctx context.Context) (*session, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	conn, gen, err := d.connLocked(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for len(d.idle) > 0 {
-		s := d.idle[len(d.idle)-1]
-		d.idle = d.idle[:len(d.idle)-1]
-		if s.gen == gen && !s.isDead() {
-			return s, nil
-		}
-		s.discard()
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, classifyConnErr(fmt.Errorf("amqp %s: open channel: %w", d.redacted, err))
-	}
-	if err := ch.Confirm(false); err != nil {
-		_ = ch.Close()
-		return nil, classifyConnErr(fmt.Errorf("amqp %s: confirm mode: %w", d.redacted, err))
-	}
-	s := &session{
-		ch:       ch,
-		raw:      d.raw,
-		gen:      gen,
-		returns:  ch.NotifyReturn(make(chan amqp.Return)), // unbuffered: see watch
-		closes:   ch.NotifyClose(make(chan *amqp.Error, 1)),
-		sync:     make(chan chan struct{}),
-		dead:     make(chan struct{}),
-		exited:   make(chan struct{}),
-		returned: map[string]amqp.Return{},
-	}
-	go s.watch()
-	return s, nil
-}
-
-func (d *Destination) release(s *session) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed || s.gen != d.gen || s.isDead() || len(d.idle) >= d.opts.MaxIdleChannels {
-		s.discard()
-		return
-	}
-	d.idle = append(d.idle, s)
-}
-
-// watch records returns and the channel's close reason. The returns channel
-// is unbuffered: amqp091 delivers a basic.return to it before it processes
-// the basic.ack of the same message, so once a confirm is observed, the
-// return (if any) has already been received here; sync (handled in order
-// after that receive) makes it visible to Publish.
-func (s *session) watch() {
-	defer close(s.exited)
-	returns, closes := s.returns, s.closes
-	for returns != nil || closes != nil {
-		select {
-		case r, ok := <-returns:
-			if !ok {
-				returns = nil
-				continue
-			}
-			s.mu.Lock()
-			s.returned[r.MessageId] = r
-			s.mu.Unlock()
-		case e, ok := <-closes:
-			s.mu.Lock()
-			if ok && s.closeErr == nil {
-				s.closeErr = e
-			}
-			s.mu.Unlock()
-			if closes != nil {
-				close(s.dead)
-			}
-			closes = nil
-		case reply := <-s.sync:
-			close(reply)
-		}
-	}
-}
-
-// barrier waits until watch has handled every return received so far.
-func (s *session) barrier() {
-	reply := make(chan struct{})
-	select {
-	case s.sync <- reply:
-		<-reply
-	case <-s.exited:
-	}
-}
-
-func (s *session) isDead() bool {
-	select {
-	case <-s.dead:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *session) reason() *amqp.Error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closeErr
-}
-
-func (s *session) discard() {
-	// Close waits for the broker's close-ok; watch keeps draining meanwhile.
-	go func() { _ = s.ch.Close() }()
-}
-
 // Properties returns the AMQP message Publish sends for m.
 func Properties(m *outbox.Message) amqp.Publishing {
 	h := amqp.Table{
@@ -450,6 +254,12 @@ type addr struct{ exchange, key string }
 // confirms. It returns nil, a *destination.BatchError, or an
 // outbox.Unavailable error when the broker could not be reached.
 //
+// A message AMQP cannot carry (an exchange name, routing key or header
+// name over 255 bytes, properties larger than a frame) fails permanently
+// before anything is written: written, it would fail in the client's
+// encoder or be refused with a connection error, and take the connection,
+// every other message on it, with it.
+//
 // A message the broker refuses with a channel error (an internal exchange,
 // a missing write permission, a message over max_message_size) closes the
 // channel, and with it every message of the batch not yet confirmed fails
@@ -459,14 +269,14 @@ type addr struct{ exchange, key string }
 // is not theirs. A message the broker had routed but not confirmed when
 // the channel closed is published twice; consumers deduplicate on its
 // message-id, as after any lost confirm.
+//
+// While the broker blocks publishers (connection.blocked: a memory or disk
+// alarm), messages fail with outbox.NoRoom without being written.
 func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	errs, err := d.publish(ctx, msgs)
-	if err != nil {
-		return err
-	}
+	errs := d.publish(ctx, msgs)
 	var closed []int
 	for i, e := range errs {
 		if isChannelClosed(e) {
@@ -500,14 +310,7 @@ func (d *Destination) isolate(ctx context.Context, msgs []outbox.Message, errs [
 	for j, i := range idx {
 		sub[j] = msgs[i]
 	}
-	subErrs, err := d.publish(ctx, sub)
-	if err != nil {
-		// The broker is out of reach, or ctx ended: not a refusal.
-		for _, i := range idx {
-			errs[i] = err
-		}
-		return
-	}
+	subErrs := d.publish(ctx, sub)
 	var again []int
 	for j, i := range idx {
 		errs[i] = subErrs[j]
@@ -525,355 +328,6 @@ func (d *Destination) isolate(ctx context.Context, msgs []outbox.Message, errs [
 		d.isolate(ctx, msgs, errs, again[:half], passes)
 		d.isolate(ctx, msgs, errs, again[half:], passes)
 	}
-}
-
-// isChannelClosed reports whether err is a channel closed by the broker
-// (a soft error: the connection stays usable) under a message.
-func isChannelClosed(err error) bool {
-	var (
-		aerr *amqp.Error
-		xerr exchangeFailure
-	)
-	return err != nil && !outbox.IsUnavailable(err) && !errors.As(err, &xerr) && errors.As(err, &aerr) && isChannelLevel(aerr)
-}
-
-// publish is one pass of Publish: msgs on one channel, each message's
-// outcome in the slice, or an error for them all when nothing could be
-// published (the connection, or ctx ended first).
-func (d *Destination) publish(ctx context.Context, msgs []outbox.Message) ([]error, error) {
-	if err := ctx.Err(); err != nil {
-		// Nothing was sent: every message fails, retryably.
-		return nil, err
-	}
-	errs := make([]error, len(msgs))
-	addrs := make([]addr, len(msgs))
-	todo := make([]bool, len(msgs))
-	for i := range msgs {
-		ex, err := d.exchange.Render(&msgs[i])
-		if err == nil {
-			addrs[i].exchange = ex
-			addrs[i].key, err = d.rkey.Render(&msgs[i])
-		}
-		errs[i] = err
-		todo[i] = err == nil
-	}
-	s, err := d.acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s, err = d.ensureExchanges(ctx, s, addrs, todo, errs)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	clear(s.returned)
-	s.mu.Unlock()
-
-	// The publish and its confirms are bounded by ConfirmTimeout, and a
-	// write the broker blocks (amqp091 checks ctx only before each write)
-	// is ended by closing the connection's socket when that bound passes.
-	// Only the bound cuts the socket, never ctx: the connection is every
-	// worker's, and a batch whose context ended (shutdown, a lost lease)
-	// must not fail the others' publishes with it.
-	wctx, cancel := context.WithTimeout(ctx, d.opts.ConfirmTimeout)
-	defer cancel()
-	var writing atomic.Bool
-	writing.Store(true)
-	cut := time.AfterFunc(d.opts.ConfirmTimeout, func() {
-		if writing.Load() && s.raw != nil {
-			_ = s.raw.Close()
-		}
-	})
-	defer cut.Stop()
-
-	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
-	var pubErr error
-	for i := range msgs {
-		if !todo[i] {
-			continue
-		}
-		if pubErr != nil {
-			errs[i] = pubErr
-			continue
-		}
-		dc, err := s.ch.PublishWithDeferredConfirmWithContext(wctx, addrs[i].exchange, addrs[i].key, true, false, Properties(&msgs[i]))
-		if err != nil {
-			pubErr = err
-			errs[i] = err
-			continue
-		}
-		confirms[i] = dc
-	}
-	writing.Store(false)
-
-	// reusable: the channel can serve the next batch (no confirm or
-	// return of this one can still arrive on it, and it is open).
-	reusable := pubErr == nil
-wait:
-	for _, dc := range confirms {
-		if dc == nil {
-			continue
-		}
-		select {
-		case <-dc.Done():
-		case <-wctx.Done():
-			// Confirms still due would arrive on a channel we hand to the
-			// next batch: drop the channel instead.
-			reusable = false
-			break wait
-		}
-	}
-	// timedOut: ConfirmTimeout passed, not ctx: the broker is blocking
-	// publishers or withholding confirms.
-	timedOut := wctx.Err() != nil && ctx.Err() == nil
-	s.barrier()
-	s.mu.Lock()
-	returned := make(map[string]amqp.Return, len(s.returned))
-	for k, v := range s.returned {
-		returned[k] = v
-	}
-	s.mu.Unlock()
-
-	// closeReason is the channel's close error, if it closed; a failed
-	// batch waits for it once (closeGrace), not once per message.
-	var closeErr error
-	checked := false
-	closeReason := func() error {
-		if !checked {
-			checked = true
-			d.waitClose(s.dead)
-			if r := s.reason(); r != nil {
-				closeErr = d.channelClosed(r)
-			} else if s.isDead() {
-				closeErr = outbox.Unavailable(fmt.Errorf("amqp %s: channel closed", d.redacted))
-			}
-		}
-		return closeErr
-	}
-	blocked := func() error {
-		return outbox.Unavailable(fmt.Errorf("amqp %s: no publisher confirm within %s: the broker may be blocking publishers (a memory or disk alarm) or withholding confirms (a queue without its majority)",
-			d.redacted, d.opts.ConfirmTimeout))
-	}
-	for i, dc := range confirms {
-		if dc == nil {
-			if errs[i] != nil && todo[i] && pubErr != nil {
-				switch {
-				case timedOut:
-					errs[i] = blocked()
-				case ctx.Err() != nil:
-					// Shutdown ended the publish: not a broker failure.
-					errs[i] = fmt.Errorf("amqp: not published before the context ended: %w", ctx.Err())
-				default:
-					if r := closeReason(); r != nil {
-						errs[i] = r
-					} else {
-						errs[i] = classifyConnErr(fmt.Errorf("amqp %s: publish: %w", d.redacted, errs[i]))
-					}
-				}
-			}
-			continue
-		}
-		select {
-		case <-dc.Done():
-		default:
-			if timedOut {
-				errs[i] = blocked()
-			} else {
-				errs[i] = fmt.Errorf("amqp: no publisher confirm before the context ended: %w", ctx.Err())
-			}
-			continue
-		}
-		if r, ok := returned[msgs[i].ID]; ok {
-			errs[i] = fmt.Errorf("amqp: unroutable: exchange %q routing key %q has no bound queue (%d %s)",
-				r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)
-			continue
-		}
-		if dc.Acked() {
-			continue
-		}
-		if r := closeReason(); r != nil {
-			reusable = false
-			errs[i] = r
-		} else {
-			// A nack leaves the channel open and usable.
-			errs[i] = fmt.Errorf("amqp: message nacked by the broker (exchange %q routing key %q)", addrs[i].exchange, addrs[i].key)
-		}
-	}
-	if reusable && !s.isDead() {
-		d.release(s)
-	} else {
-		d.forget(s)
-		s.discard()
-	}
-	return errs, nil
-}
-
-func (d *Destination) result(errs []error) error {
-	var n, unavailable int
-	var first error
-	for _, err := range errs {
-		if err != nil {
-			if first == nil {
-				first = err
-			}
-			n++
-			if outbox.IsUnavailable(err) {
-				unavailable++
-			}
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	if unavailable == len(errs) {
-		return first
-	}
-	return &destination.BatchError{Errs: errs}
-}
-
-// forget drops what this connection knows about exchanges after a channel
-// died mid-batch (an exchange may have been deleted).
-func (d *Destination) forget(s *session) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if s.gen == d.gen {
-		d.known = map[string]bool{}
-	}
-}
-
-// ensureExchanges declares (DeclareExchange) or passively checks every
-// exchange of the batch not yet known on this connection. A failure closes
-// the channel: the messages to that exchange get the error, a new channel is
-// opened, and the others go on. It returns the session to publish on.
-func (d *Destination) ensureExchanges(ctx context.Context, s *session, addrs []addr, todo []bool, errs []error) (*session, error) {
-	var pending []string
-	seen := map[string]bool{}
-	d.mu.Lock()
-	for i, a := range addrs {
-		if todo[i] && a.exchange != "" && !d.known[a.exchange] && !seen[a.exchange] {
-			seen[a.exchange] = true
-			pending = append(pending, a.exchange)
-		}
-	}
-	d.mu.Unlock()
-	for _, ex := range pending {
-		var err error
-		if d.opts.DeclareExchange && !strings.HasPrefix(ex, "amq.") {
-			err = s.ch.ExchangeDeclare(ex, d.opts.ExchangeType, true, false, false, false, nil)
-		} else {
-			err = s.ch.ExchangeDeclarePassive(ex, d.opts.ExchangeType, true, false, false, false, nil)
-		}
-		if err == nil {
-			d.mu.Lock()
-			if s.gen == d.gen {
-				d.known[ex] = true
-			}
-			d.mu.Unlock()
-			continue
-		}
-		var aerr *amqp.Error
-		if !errors.As(err, &aerr) || !isChannelLevel(aerr) {
-			s.discard()
-			return nil, classifyConnErr(fmt.Errorf("amqp %s: exchange %q: %w", d.redacted, ex, err))
-		}
-		eerr := d.exchangeError(ex, aerr)
-		for i, a := range addrs {
-			if todo[i] && a.exchange == ex {
-				todo[i] = false
-				errs[i] = eerr
-			}
-		}
-		s.discard()
-		if s, err = d.acquire(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-func (d *Destination) exchangeError(ex string, e *amqp.Error) error {
-	var err error
-	switch e.Code {
-	case amqp.NotFound:
-		err = fmt.Errorf("amqp: exchange %q does not exist (declare it, or set declareExchange: true): %w", ex, e)
-	case amqp.PreconditionFailed:
-		err = fmt.Errorf("amqp: exchange %q exists with other settings than type %q, durable: %w", ex, d.opts.ExchangeType, e)
-	case amqp.AccessRefused:
-		err = fmt.Errorf("amqp: access to exchange %q refused: %w", ex, e)
-	default:
-		err = fmt.Errorf("amqp: exchange %q: %w", ex, e)
-	}
-	return exchangeFailure{err}
-}
-
-// exchangeFailure marks the error of a message whose exchange failed its
-// check before anything was published: it failed on its own, so Publish
-// does not publish it again to narrow a refusal down (isolate).
-type exchangeFailure struct{ error }
-
-func (e exchangeFailure) Unwrap() error { return e.error }
-
-// channelClosed classifies the reason a channel was closed mid-batch.
-func (d *Destination) channelClosed(e *amqp.Error) error {
-	if !isChannelLevel(e) {
-		return outbox.Unavailable(fmt.Errorf("amqp %s: connection lost before the publisher confirm: %w", d.redacted, e))
-	}
-	if e.Code == amqp.NotFound {
-		return fmt.Errorf("amqp: channel closed by the broker, exchange missing? (declare it, or set declareExchange: true): %w", e)
-	}
-	return fmt.Errorf("amqp: channel closed by the broker before the publisher confirm: %w", e)
-}
-
-// isChannelLevel reports whether e closes one channel only (the connection
-// stays usable): the soft errors of AMQP 0.9.1.
-func isChannelLevel(e *amqp.Error) bool {
-	switch e.Code {
-	case amqp.ContentTooLarge, amqp.NoRoute, amqp.NoConsumers, amqp.AccessRefused,
-		amqp.NotFound, amqp.ResourceLocked, amqp.PreconditionFailed:
-		return e.Server
-	}
-	return false
-}
-
-// classifyConnErr marks connection-level failures Unavailable.
-func classifyConnErr(err error) error {
-	var aerr *amqp.Error
-	if errors.As(err, &aerr) && isChannelLevel(aerr) {
-		return err
-	}
-	// The connection is gone (amqp.ErrClosed, a hard error, a network
-	// error): the destination as a whole is unavailable.
-	return outbox.Unavailable(err)
-}
-
-// Check connects (or reuses the connection) and opens a channel; with a
-// literal exchange and DeclareExchange off it also checks that the exchange
-// exists.
-func (d *Destination) Check(ctx context.Context) error {
-	d.mu.Lock()
-	conn, _, err := d.connLocked(ctx)
-	d.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return classifyConnErr(fmt.Errorf("amqp %s: open channel: %w", d.redacted, err))
-	}
-	defer func() { _ = ch.Close() }()
-	if d.exchange.Static() && !d.opts.DeclareExchange {
-		ex, _ := d.exchange.Render(&outbox.Message{})
-		if ex != "" {
-			if err := ch.ExchangeDeclarePassive(ex, d.opts.ExchangeType, true, false, false, false, nil); err != nil {
-				var aerr *amqp.Error
-				if errors.As(err, &aerr) {
-					return d.exchangeError(ex, aerr)
-				}
-				return classifyConnErr(err)
-			}
-		}
-	}
-	return nil
 }
 
 // Close closes the connection. It is idempotent; Publish after Close fails

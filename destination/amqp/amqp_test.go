@@ -137,33 +137,6 @@ func fullQueueDest(t *testing.T) (*amqp.Destination, *testenv.AMQPAdmin, string)
 	return newDest(t, amqp.Options{URL: url, Exchange: ex, RoutingKey: "full"}), adm, q
 }
 
-func TestNackIsRetryable(t *testing.T) {
-	t.Parallel()
-	d, adm, q := fullQueueDest(t)
-	ctx := testenv.Context(t, 20*time.Second)
-	err := d.Publish(ctx, []outbox.Message{msg(0, "t", ""), msg(1, "t", ""), msg(2, "t", "")})
-	var be *destination.BatchError
-	if !errors.As(err, &be) {
-		t.Fatalf("Publish = %v, want a *BatchError", err)
-	}
-	if be.Errs[0] != nil {
-		t.Errorf("first message: %v", be.Errs[0])
-	}
-	for _, e := range be.Errs[1:] {
-		if e == nil || !outbox.IsRetryable(e) {
-			t.Errorf("nacked message: %v, want retryable", e)
-		}
-	}
-	if n := adm.Count(q); n != 1 {
-		t.Errorf("queue holds %d messages, want 1", n)
-	}
-	// A nack leaves the channel open: the next batch goes through.
-	adm.Consume(q, 1, 5*time.Second)
-	if err := d.Publish(ctx, []outbox.Message{msg(3, "t", "")}); err != nil {
-		t.Errorf("Publish after a nack: %v", err)
-	}
-}
-
 func TestExchangeMissingThenDeclared(t *testing.T) {
 	t.Parallel()
 	url := testenv.AMQPURL(t)

@@ -4,6 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"net"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuebox/queuebox/outbox"
 )
 
 // NewWithDial is New with the TCP dial replaced, so that a test can cut the
@@ -15,3 +19,15 @@ func NewWithDial(ctx context.Context, opts Options, log *slog.Logger, dial func(
 // SetWaitClose replaces the wait for a channel's close reason, so that a
 // test can count the waits.
 func SetWaitClose(d *Destination, f func(dead <-chan struct{})) { d.waitClose = f }
+
+// SetAdjust changes each message's properties before it is checked and
+// published, so that a test can have the broker refuse one.
+func SetAdjust(d *Destination, f func(m *outbox.Message, p *amqp.Publishing)) { d.adjust = f }
+
+// Blocked reports whether the destination's connection is blocked by the
+// broker (connection.blocked received, connection.unblocked not yet).
+func Blocked(d *Destination) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.alarm != nil && d.alarm.active()
+}
