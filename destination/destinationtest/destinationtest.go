@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +80,12 @@ type Harness struct {
 	// addressed at a target that does not exist. Publishing to it must fail
 	// every message with a retryable error, without hanging.
 	Missing func(t *testing.T) destination.Destination
+
+	// Slow, when set (Features.SlowInjection), changes m so that the
+	// target holds its answer to m until release is called (a receiver
+	// that takes its time for one request). The suite calls release once;
+	// the harness releases anything left at cleanup.
+	Slow func(m *outbox.Message) (release func())
 }
 
 // Features says what an adapter promises beyond the baseline. The baseline
@@ -107,6 +114,13 @@ type Features struct {
 	// Received.ID (HTTP: X-Message-Id, Idempotency-Key). A row header of
 	// the same name must not override them.
 	IdentityHeaders []string
+	// Streamer: the Destination implements destination.Streamer. Its done
+	// is called exactly once per message, with the outcome Publish would
+	// report, and PublishEach returns after the last call.
+	Streamer bool
+	// SlowInjection: Harness.Slow is set, and a message whose answer is
+	// held does not delay the done calls of the others (Streamer).
+	SlowInjection bool
 	// BatchSize of the no-loss test; 0 means 500.
 	BatchSize int
 	// Timeout bounds each wait for messages; 0 means 20s.
@@ -141,6 +155,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness, f Features) {
 		{"PerMessageFailure", s.perMessageFailure, skipUnless(f.FailureInjection, "FailureInjection")},
 		{"MissingTarget", s.missingTarget, skipUnless(f.MissingTarget, "MissingTarget")},
 		{"CloseIdempotent", s.closeIdempotent, ""},
+		{"StreamerEachOnce", s.streamerEachOnce, skipUnless(f.Streamer, "Streamer")},
+		{"StreamerCancelledContext", s.streamerCancelledContext, skipUnless(f.Streamer, "Streamer")},
+		{"StreamerSlowMessageHoldsOnlyItself", s.streamerSlowMessage, skipUnless(f.Streamer && f.SlowInjection, "Streamer and SlowInjection")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -565,4 +582,212 @@ func (s *suite) closeIdempotent(t *testing.T) {
 	case <-time.After(s.f.Timeout):
 		t.Fatal("Publish after Close hung")
 	}
+}
+
+// streamer returns h's destination as a Streamer.
+func (s *suite) streamer(t *testing.T, h Harness) destination.Streamer {
+	t.Helper()
+	st, ok := h.Destination.(destination.Streamer)
+	if !ok {
+		t.Fatalf("Features.Streamer is set but %T does not implement destination.Streamer", h.Destination)
+	}
+	return st
+}
+
+// eachCalls records the done calls of one PublishEach.
+type eachCalls struct {
+	t        *testing.T
+	mu       sync.Mutex
+	calls    []int   // per index
+	errs     []error // per index, the last outcome
+	returned bool    // PublishEach returned
+	changed  chan struct{}
+}
+
+func newEachCalls(t *testing.T, n int) *eachCalls {
+	return &eachCalls{t: t, calls: make([]int, n), errs: make([]error, n), changed: make(chan struct{}, 1)}
+}
+
+func (c *eachCalls) done(i int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case i < 0 || i >= len(c.calls):
+		c.t.Errorf("done called for index %d of a batch of %d", i, len(c.calls))
+		return
+	case c.returned:
+		c.t.Errorf("done called for message %d after PublishEach returned", i)
+	}
+	c.calls[i]++
+	c.errs[i] = err
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// publishEach calls PublishEach and checks that done was called exactly
+// once per message by the time it returned; it returns the outcomes.
+func (c *eachCalls) publishEach(ctx context.Context, st destination.Streamer, msgs []outbox.Message) []error {
+	st.PublishEach(ctx, msgs, c.done)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.returned = true
+	for i, n := range c.calls {
+		if n != 1 {
+			c.t.Errorf("done called %d times for message %d; want exactly once, before PublishEach returns", n, i)
+		}
+	}
+	return append([]error(nil), c.errs...)
+}
+
+// pending returns the indexes done was not called for yet.
+func (c *eachCalls) pending() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	for i, n := range c.calls {
+		if n == 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// class describes an outcome as the engine reads it.
+func class(err error) string {
+	switch {
+	case err == nil:
+		return "accepted"
+	case outbox.IsPermanent(err):
+		return "permanent"
+	case outbox.IsUnavailable(err):
+		return "unavailable"
+	case outbox.IsNoRoom(err):
+		limit, _ := outbox.NoRoomLimit(err)
+		return "no room (" + limit + ")"
+	}
+	return "retryable"
+}
+
+// streamerEachOnce: done is called once per message, and each outcome is
+// the one Publish reports for the same message (poisoned messages too,
+// when the harness can poison).
+func (s *suite) streamerEachOnce(t *testing.T) {
+	h := s.harness(t)
+	st := s.streamer(t, h)
+	batch := func() ([]outbox.Message, []outbox.Message) {
+		msgs := make([]outbox.Message, 24)
+		var good []outbox.Message
+		for i := range msgs {
+			msgs[i] = s.message(h, i)
+			switch {
+			case s.f.FailureInjection && i%7 == 3:
+				// Unkeyed: a failure holds back the later messages of
+				// its key, which would fail too.
+				h.Poison(&msgs[i], s.f.PermanentInjection && i%2 == 1)
+			default:
+				if i%4 != 0 {
+					msgs[i].Key = fmt.Sprintf("k%d", i%3)
+				}
+				good = append(good, msgs[i])
+			}
+		}
+		return msgs, good
+	}
+	if s.f.FailureInjection && h.Poison == nil {
+		t.Fatal("Features.FailureInjection is set but Harness.Poison is nil")
+	}
+
+	msgs, good := batch()
+	calls := newEachCalls(t, len(msgs))
+	each := calls.publishEach(s.ctx(t), st, msgs)
+	s.collect(t, h, good)
+
+	again, goodAgain := batch() // the same messages, with new ids
+	err := h.Destination.Publish(s.ctx(t), again)
+	s.collect(t, h, goodAgain)
+	for i := range msgs {
+		if got, want := class(each[i]), class(destination.ErrorAt(err, i)); got != want {
+			t.Errorf("message %d: PublishEach reported %s (%v), Publish %s (%v)", i, got, each[i], want, destination.ErrorAt(err, i))
+		}
+	}
+
+	st.PublishEach(s.ctx(t), nil, func(i int, err error) { t.Errorf("done(%d, %v) for an empty batch", i, err) })
+}
+
+// streamerCancelledContext: with ctx cancelled before the call, done is
+// called once per message with a failure that is not permanent, and
+// PublishEach returns.
+func (s *suite) streamerCancelledContext(t *testing.T) {
+	h := s.harness(t)
+	st := s.streamer(t, h)
+	msgs := make([]outbox.Message, 10)
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := newEachCalls(t, len(msgs))
+	finished := make(chan []error, 1)
+	go func() { finished <- calls.publishEach(ctx, st, msgs) }()
+	select {
+	case errs := <-finished:
+		for i, err := range errs {
+			if err == nil || outbox.IsPermanent(err) {
+				t.Errorf("message %d: %v; want a failure that is not permanent (ctx was cancelled)", i, err)
+			}
+		}
+	case <-time.After(s.f.Timeout):
+		t.Fatalf("PublishEach with a cancelled context did not return within %v", s.f.Timeout)
+	}
+}
+
+// streamerSlowMessage: one message whose answer is held does not hold the
+// done calls of the others; its own comes once the target answers, and
+// PublishEach returns after it.
+func (s *suite) streamerSlowMessage(t *testing.T) {
+	h := s.harness(t)
+	st := s.streamer(t, h)
+	if h.Slow == nil {
+		t.Fatal("Features.SlowInjection is set but Harness.Slow is nil")
+	}
+	msgs := make([]outbox.Message, 16)
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+	}
+	const slow = 5
+	release := h.Slow(&msgs[slow])
+	calls := newEachCalls(t, len(msgs))
+	finished := make(chan []error, 1)
+	go func() { finished <- calls.publishEach(s.ctx(t), st, msgs) }()
+
+	deadline := time.After(s.f.Timeout)
+	for pending := calls.pending(); len(pending) > 1 || (len(pending) == 1 && pending[0] != slow); pending = calls.pending() {
+		select {
+		case <-calls.changed:
+		case errs := <-finished:
+			release()
+			t.Fatalf("PublishEach returned (outcomes %v) while message %d's answer was held", errs, slow)
+		case <-deadline:
+			release()
+			t.Fatalf("after %v, done was still not called for messages %v, though only message %d's answer is held", s.f.Timeout, pending, slow)
+		}
+	}
+	if p := calls.pending(); len(p) != 1 {
+		release()
+		t.Fatalf("done was called for the held message %d before its answer came", slow)
+	}
+	release()
+	select {
+	case errs := <-finished:
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("message %d: %v; want accepted", i, err)
+			}
+		}
+	case <-deadline:
+		t.Fatalf("PublishEach did not return within %v of the held answer's release", s.f.Timeout)
+	}
+	s.collect(t, h, msgs)
 }

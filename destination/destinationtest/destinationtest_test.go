@@ -21,15 +21,53 @@ type memory struct {
 	read   int
 	closed bool
 	addr   string
+	slow   map[string]chan struct{}
 }
 
 func newMemory(addr string) *memory {
-	m := &memory{addr: addr}
+	m := &memory{addr: addr, slow: map[string]chan struct{}{}}
 	m.cond = sync.NewCond(&m.mu)
 	return m
 }
 
 func (d *memory) Publish(ctx context.Context, msgs []outbox.Message) error {
+	errs := make([]error, len(msgs))
+	d.PublishEach(ctx, msgs, func(i int, err error) { errs[i] = err })
+	return destination.NewBatchError(errs)
+}
+
+// PublishEach takes each message at once, except one marked slow, which
+// is taken when its release channel closes.
+func (d *memory) PublishEach(ctx context.Context, msgs []outbox.Message, done func(int, error)) {
+	var wg sync.WaitGroup
+	for i := range msgs {
+		m := msgs[i]
+		if slow := d.slowChan(m.Headers["slow"]); slow != nil {
+			wg.Go(func() {
+				select {
+				case <-slow:
+					done(i, d.take(ctx, m))
+				case <-ctx.Done():
+					done(i, ctx.Err())
+				}
+			})
+			continue
+		}
+		done(i, d.take(ctx, m))
+	}
+	wg.Wait()
+}
+
+func (d *memory) slowChan(token string) chan struct{} {
+	if token == "" {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.slow[token]
+}
+
+func (d *memory) take(ctx context.Context, m outbox.Message) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -38,31 +76,37 @@ func (d *memory) Publish(ctx context.Context, msgs []outbox.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	errs := make([]error, len(msgs))
-	for i, m := range msgs {
-		switch m.Headers["poison"] {
-		case "permanent":
-			errs[i] = outbox.Permanent(errors.New("poisoned"))
-			continue
-		case "retryable":
-			errs[i] = errors.New("poisoned")
-			continue
-		}
-		h := map[string]string{}
-		for k, v := range m.Headers {
-			h[k] = v
-		}
-		h["X-Topic"] = m.Topic
-		h["X-Attempt"] = strconv.Itoa(m.Attempt)
-		if m.Key != "" {
-			h["X-Message-Key"] = m.Key
-		} else {
-			delete(h, "X-Message-Key")
-		}
-		d.got = append(d.got, destinationtest.Received{ID: m.ID, Address: d.addr, Key: m.Key, Headers: h, Body: m.Payload})
+	switch m.Headers["poison"] {
+	case "permanent":
+		return outbox.Permanent(errors.New("poisoned"))
+	case "retryable":
+		return errors.New("poisoned")
 	}
+	h := map[string]string{}
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h["X-Topic"] = m.Topic
+	h["X-Attempt"] = strconv.Itoa(m.Attempt)
+	if m.Key != "" {
+		h["X-Message-Key"] = m.Key
+	} else {
+		delete(h, "X-Message-Key")
+	}
+	d.got = append(d.got, destinationtest.Received{ID: m.ID, Address: d.addr, Key: m.Key, Headers: h, Body: m.Payload})
 	d.cond.Broadcast()
-	return destination.NewBatchError(errs)
+	return nil
+}
+
+// hold marks m slow: it is taken when the returned release is called.
+func (d *memory) hold(m *outbox.Message) func() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ch := make(chan struct{})
+	d.slow[m.ID] = ch
+	m.Headers["slow"] = m.ID
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
 }
 
 func (d *memory) Close() error {
@@ -104,6 +148,10 @@ func TestRunAgainstMemory(t *testing.T) {
 					m.Headers["poison"] = "retryable"
 				}
 			},
+			Slow: d.hold,
 		}
-	}, destinationtest.Features{KeyHeader: true, KeyPreserved: true, OrderedPerKey: true, FailureInjection: true, PermanentInjection: true})
+	}, destinationtest.Features{KeyHeader: true, KeyPreserved: true, OrderedPerKey: true, FailureInjection: true, PermanentInjection: true,
+		Streamer: true, SlowInjection: true})
 }
+
+var _ destination.Streamer = (*memory)(nil)
