@@ -4,20 +4,17 @@
 // deduplicate redeliveries. The package lives in destination/http but is
 // named httpdest so that it does not shadow net/http where both are used.
 //
-// Outcome per message:
+// Outcome per message (see statusError and transportError, and the table
+// in docs/destinations/http.md):
 //
-//	2xx                         success
-//	400, 410, 413, 422          permanent: the row goes dead at once, reason kept
-//	401, 403                    retryable and Unavailable (a credential problem
-//	                            of the whole destination: do not burn attempts)
-//	408, 429, 5xx               retryable; Retry-After (seconds or HTTP date)
-//	                            honoured, capped by MaxRetryAfter
-//	404 and other 4xx           retryable (a route not deployed yet, a method
-//	                            not allowed: configuration that gets fixed)
-//	3xx                         retryable; redirects are never followed and the
-//	                            error says where it pointed
-//	connection refused, DNS     retryable and Unavailable
-//	request timeout             retryable
+//	2xx                              success
+//	400, 410, 413, 414, 422, 431     permanent: the row goes dead at once, reason kept
+//	a row header HTTP cannot carry   permanent, before the request
+//	401, 403                         unavailable (a credential of the whole destination)
+//	408, 502, 503, 504               unavailable; Retry-After kept
+//	refused, DNS, TLS, reset, timeout unavailable
+//	429, 507                         no room; Retry-After kept
+//	3xx, 404 and other 4xx, 500      the row failed: an attempt is spent
 //
 // Messages of one non-empty key are sent one after another in batch order;
 // when one fails, the later messages of that key in the batch are not sent
@@ -41,7 +38,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -121,6 +117,7 @@ type Destination struct {
 
 var (
 	_ destination.Destination = (*Destination)(nil)
+	_ destination.Streamer    = (*Destination)(nil)
 	_ destination.Checker     = (*Destination)(nil)
 )
 
@@ -178,6 +175,9 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 	for k, v := range o.Headers {
 		if reservedHeaders[http.CanonicalHeaderKey(k)] {
 			return nil, fmt.Errorf("http destination %q: headers: %s is set by queuebox itself", o.Name, k)
+		}
+		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
+			return nil, fmt.Errorf("http destination %q: headers: %q is not a valid HTTP header name, or its value holds a line break or a control character", o.Name, k)
 		}
 		d.headers.Set(k, v)
 	}
@@ -264,6 +264,18 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("http destination %q: not sent: %w", d.name, err)
 	}
+	errs := make([]error, len(msgs))
+	d.PublishEach(ctx, msgs, func(i int, err error) { errs[i] = err })
+	return destination.NewBatchError(errs)
+}
+
+// PublishEach POSTs every message as Publish does, and calls done for each
+// as soon as its response (or failure) is known: a receiver slow to answer
+// one request holds back only that message, and the later ones of its key.
+func (d *Destination) PublishEach(ctx context.Context, msgs []outbox.Message, done func(i int, err error)) {
+	if len(msgs) == 0 {
+		return
+	}
 	// Group by key: one sequential lane per non-empty key, one lane per
 	// unkeyed message.
 	var lanes [][]int
@@ -281,7 +293,6 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 		byKey[k] = len(lanes)
 		lanes = append(lanes, []int{i})
 	}
-	errs := make([]error, len(msgs))
 	// At most Concurrency goroutines per batch take lanes from a queue (one
 	// goroutine per message grew a fresh stack through net/http for every
 	// request: ~7 % of the relay's CPU); d.sem bounds the requests in
@@ -293,26 +304,24 @@ func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error 
 	close(queue)
 	var wg sync.WaitGroup
 	for range min(len(lanes), cap(d.sem)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for lane := range queue {
-				d.sendLane(ctx, msgs, lane, errs)
+				d.sendLane(ctx, msgs, lane, done)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	return destination.NewBatchError(errs)
 }
 
 // sendLane sends the messages of one lane (one key) in order; after a
 // failure the lane's later messages are not sent.
-func (d *Destination) sendLane(ctx context.Context, msgs []outbox.Message, lane []int, errs []error) {
+func (d *Destination) sendLane(ctx context.Context, msgs []outbox.Message, lane []int, done func(int, error)) {
 	for n, i := range lane {
-		errs[i] = d.send(ctx, &msgs[i])
-		if errs[i] != nil && n+1 < len(lane) {
+		err := d.send(ctx, &msgs[i])
+		done(i, err)
+		if err != nil && n+1 < len(lane) {
 			for _, j := range lane[n+1:] {
-				errs[j] = fmt.Errorf("http destination %q: not sent: message %s of key %q earlier in the batch failed", d.name, msgs[i].ID, msgs[i].Key)
+				done(j, fmt.Errorf("http destination %q: not sent: message %s of key %q earlier in the batch failed", d.name, msgs[i].ID, msgs[i].Key))
 			}
 			return
 		}
@@ -320,6 +329,9 @@ func (d *Destination) sendLane(ctx context.Context, msgs []outbox.Message, lane 
 }
 
 func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
+	if err := d.checkHeaders(m); err != nil {
+		return err
+	}
 	select {
 	case d.sem <- struct{}{}:
 		defer func() { <-d.sem }()
@@ -357,13 +369,37 @@ func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
 	return d.statusError(resp, redactURL(target), snippet)
 }
 
+// checkHeaders reports a row header, topic or key that HTTP cannot carry
+// (a name outside the token characters, a value with a line break or a
+// control character): net/http refuses the whole request for it, on every
+// attempt. Row headers named like one queuebox sets are dropped instead
+// (setHeaders), whatever they hold.
+func (d *Destination) checkHeaders(m *outbox.Message) error {
+	for k, v := range m.Headers {
+		ck := http.CanonicalHeaderKey(k)
+		if reservedHeaders[ck] || d.headers.Get(ck) != "" {
+			continue
+		}
+		if !httpguts.ValidHeaderFieldName(k) {
+			return outbox.Permanent(fmt.Errorf("http destination %q: row header name %q is not a valid HTTP header name (token characters only)", d.name, k))
+		}
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return outbox.Permanent(fmt.Errorf("http destination %q: row header %s: the value holds a character HTTP headers cannot carry (a line break or a control character)", d.name, k))
+		}
+	}
+	if !httpguts.ValidHeaderFieldValue(m.Topic) {
+		return outbox.Permanent(fmt.Errorf("http destination %q: the topic holds a character HTTP headers cannot carry (%s)", d.name, HeaderTopic))
+	}
+	if !httpguts.ValidHeaderFieldValue(m.Key) {
+		return outbox.Permanent(fmt.Errorf("http destination %q: the key holds a character HTTP headers cannot carry (%s)", d.name, HeaderMessageKey))
+	}
+	return nil
+}
+
 func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
 	for k, v := range m.Headers {
 		ck := http.CanonicalHeaderKey(k)
-		// A name or value that HTTP cannot carry (net/http refuses the
-		// whole request for it, and every retry would fail alike) is left
-		// out, like the reserved ones.
-		if reservedHeaders[ck] || d.headers.Get(ck) != "" || !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
+		if reservedHeaders[ck] || d.headers.Get(ck) != "" {
 			continue
 		}
 		h.Set(ck, v)
@@ -382,94 +418,6 @@ func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
 	if d.authValue != "" {
 		h.Set("Authorization", d.authValue)
 	}
-}
-
-func (d *Destination) transportError(ctx, rctx context.Context, target string, err error) error {
-	msg := d.redact(err.Error())
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("http destination %q: POST %s: not completed before the context ended: %w", d.name, target, ctx.Err())
-	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("http destination %q: POST %s: timed out after %v", d.name, target, d.timeout)
-	case isDialError(err):
-		return outbox.Unavailable(fmt.Errorf("http destination %q: POST %s: cannot connect: %s", d.name, target, msg))
-	default:
-		return fmt.Errorf("http destination %q: POST %s: %s", d.name, target, msg)
-	}
-}
-
-func isDialError(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	var dns *net.DNSError
-	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED)
-}
-
-// StatusError is the failure of a request that got a response.
-type StatusError struct {
-	StatusCode int
-	Location   string // for a 3xx
-	text       string
-}
-
-func (e *StatusError) Error() string { return e.text }
-
-func (d *Destination) statusError(resp *http.Response, target, snippet string) error {
-	code := resp.StatusCode
-	se := &StatusError{StatusCode: code}
-	var b strings.Builder
-	// The status first: it is the cause, and what a truncated last_error
-	// (dead list's table) still shows.
-	fmt.Fprintf(&b, "http destination %q: %s from POST %s", d.name, resp.Status, target)
-	if code >= 300 && code < 400 {
-		se.Location = redactURL(resp.Header.Get("Location"))
-		fmt.Fprintf(&b, ": redirect to %q not followed", se.Location)
-	}
-	if snippet != "" {
-		fmt.Fprintf(&b, ": %s", snippet)
-	}
-	se.text = b.String()
-	var err error = se
-	switch code {
-	case http.StatusBadRequest, http.StatusGone, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-		return outbox.Permanent(err)
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return outbox.Unavailable(err)
-	}
-	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
-		if after, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			return outbox.RetryAfter(err, min(after, d.maxRetryAfter))
-		}
-	}
-	return err
-}
-
-// retryAfter parses a Retry-After value: delay seconds or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	// A delay of zero or less (or a date already past, a clock skew away)
-	// is no hint: honoured, it would spend the row's attempts back to
-	// back. The relay's own backoff applies instead.
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 {
-			return 0, false
-		}
-		if n > int64(365*24*time.Hour/time.Second) {
-			n = int64(365 * 24 * time.Hour / time.Second)
-		}
-		return time.Duration(n) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d, true
-		}
-	}
-	return 0, false
 }
 
 // snippet reads at most SnippetLimit bytes of body for the error text,

@@ -22,24 +22,70 @@ import (
 	"github.com/queuebox/queuebox/outbox"
 )
 
-// recorder is a receiver that keeps every request it accepts.
+// recorder is a receiver that keeps every request it accepts. A request
+// with X-Test-Slow is answered once the test releases its token.
 type recorder struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	got  []destinationtest.Received
 	read int
+	slow map[string]chan struct{}
 }
 
 func newRecorder() *recorder {
-	r := &recorder{}
+	r := &recorder{slow: map[string]chan struct{}{}}
 	r.cond = sync.NewCond(&r.mu)
 	return r
+}
+
+// hold makes the request for m wait until the returned release is called.
+func (r *recorder) hold(m *outbox.Message) func() {
+	token := destinationtest.NewID()
+	ch := make(chan struct{})
+	r.mu.Lock()
+	r.slow[token] = ch
+	r.mu.Unlock()
+	m.Headers["X-Test-Slow"] = token
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+}
+
+// releaseAll answers every held request (at cleanup, before the server
+// closes: Close waits for them).
+func (r *recorder) releaseAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for token, ch := range r.slow {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+		delete(r.slow, token)
+	}
 }
 
 func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if !strings.HasPrefix(req.URL.Path, "/hooks/") {
 		http.NotFound(w, req)
 		return
+	}
+	if token := req.Header.Get("X-Test-Slow"); token != "" {
+		r.mu.Lock()
+		ch := r.slow[token]
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-req.Context().Done():
+			return
+		}
 	}
 	if s := req.Header.Get("X-Test-Status"); s != "" {
 		code, _ := strconv.Atoi(s)
@@ -94,6 +140,7 @@ func TestConformance(t *testing.T) {
 		rec := newRecorder()
 		srv := httptest.NewServer(rec)
 		t.Cleanup(srv.Close)
+		t.Cleanup(rec.releaseAll)
 		d := newDest(t, httpdest.Options{Name: "hooks", URL: srv.URL + "/hooks/{{ topic }}", Concurrency: 16})
 		return destinationtest.Harness{
 			Destination: d,
@@ -110,6 +157,7 @@ func TestConformance(t *testing.T) {
 			Missing: func(t *testing.T) destination.Destination {
 				return newDest(t, httpdest.Options{URL: srv.URL + "/nothing-here/{{ topic }}"})
 			},
+			Slow: rec.hold,
 		}
 	}, destinationtest.Features{
 		KeyHeader:          true,
@@ -118,6 +166,8 @@ func TestConformance(t *testing.T) {
 		FailureInjection:   true,
 		PermanentInjection: true,
 		MissingTarget:      true,
+		Streamer:           true,
+		SlowInjection:      true,
 		IdentityHeaders:    []string{"X-Message-Id", "Idempotency-Key"},
 	})
 }
@@ -147,39 +197,50 @@ func publishOneMsg(t *testing.T, o httpdest.Options, m outbox.Message, h http.Ha
 	return destination.ErrorAt(err, 0)
 }
 
+// TestStatusClasses: each status's class, as the engine reads it.
 func TestStatusClasses(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		code                   int
-		ok, permanent, unavail bool
-	}{
-		{200, true, false, false}, {201, true, false, false}, {202, true, false, false}, {204, true, false, false},
-		{400, false, true, false}, {410, false, true, false}, {413, false, true, false}, {422, false, true, false},
-		{401, false, false, true}, {403, false, false, true},
-		{404, false, false, false}, {405, false, false, false}, {408, false, false, false}, {409, false, false, false},
-		{429, false, false, false}, {500, false, false, false}, {502, false, false, false}, {503, false, false, false},
+	const (
+		ok          = "accepted"
+		permanent   = "permanent"
+		unavailable = "unavailable"
+		rowFailed   = "row failed"
+	)
+	noRoom := func(limit string) string { return "no room " + limit }
+	classOf := func(err error) string {
+		switch {
+		case err == nil:
+			return ok
+		case outbox.IsPermanent(err):
+			return permanent
+		case outbox.IsUnavailable(err):
+			return unavailable
+		case outbox.IsNoRoom(err):
+			limit, _ := outbox.NoRoomLimit(err)
+			return noRoom(limit)
+		}
+		return rowFailed
 	}
-	for _, c := range cases {
-		t.Run(strconv.Itoa(c.code), func(t *testing.T) {
+	cases := map[int]string{
+		200: ok, 201: ok, 202: ok, 204: ok,
+		400: permanent, 410: permanent, 413: permanent, 414: permanent, 422: permanent, 431: permanent,
+		401: unavailable, 403: unavailable, 408: unavailable, 502: unavailable, 503: unavailable, 504: unavailable,
+		429: noRoom(httpdest.LimitTooManyRequests), 507: noRoom(httpdest.LimitInsufficientStorage),
+		404: rowFailed, 405: rowFailed, 409: rowFailed, 418: rowFailed, 500: rowFailed, 501: rowFailed, 505: rowFailed,
+	}
+	for code, want := range cases {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
 			t.Parallel()
-			err := publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(c.code) })
-			switch {
-			case c.ok && err != nil:
-				t.Fatalf("status %d: want success, got %v", c.code, err)
-			case c.ok:
+			err := publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) })
+			if got := classOf(err); got != want {
+				t.Fatalf("status %d: %s (%v), want %s", code, got, err, want)
+			}
+			if err == nil {
 				return
-			case err == nil:
-				t.Fatalf("status %d: want a failure", c.code)
-			}
-			if outbox.IsPermanent(err) != c.permanent {
-				t.Errorf("status %d: permanent = %v, want %v (%v)", c.code, outbox.IsPermanent(err), c.permanent, err)
-			}
-			if outbox.IsUnavailable(err) != c.unavail {
-				t.Errorf("status %d: unavailable = %v, want %v (%v)", c.code, outbox.IsUnavailable(err), c.unavail, err)
 			}
 			var se *httpdest.StatusError
-			if !errors.As(err, &se) || se.StatusCode != c.code {
-				t.Errorf("status %d: error %v carries no StatusError with the code", c.code, err)
+			if !errors.As(err, &se) || se.StatusCode != code {
+				t.Errorf("status %d: error %v carries no StatusError with the code", code, err)
 			}
 		})
 	}
@@ -233,29 +294,53 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
-// A row header HTTP cannot carry (a name with a character outside the
-// token set, a value with a line break) is left out; the request goes, with
-// the row's other headers.
-func TestRowHeadersHTTPCannotCarryAreLeftOut(t *testing.T) {
+// TestWhatHTTPCannotCarryIsPermanent: a row header HTTP cannot carry (a
+// name with a character outside the token set, a value with a line break
+// or a NUL), or a topic with a line break, fails its message permanently
+// before any request (net/http would refuse the request on every
+// attempt); the other messages of the batch are delivered, and the
+// destination serves the next batch. A row header named like one
+// queuebox sets is dropped, not refused.
+func TestWhatHTTPCannotCarryIsPermanent(t *testing.T) {
 	t.Parallel()
-	var got http.Header
-	err := publishOneMsg(t, httpdest.Options{}, outbox.Message{
-		ID: "5f0c6f0e-8a53-4d47-9a4e-2a7f6a3e9b11", Topic: "t", Payload: []byte(`{}`),
-		Headers: map[string]string{"X-Good": "yes", "X-(Bad)": "name", "X-Café": "name", "X-Split": "a\r\nInjected: 1", "X-Nul": "a\x00b"},
-	}, func(w http.ResponseWriter, r *http.Request) {
-		got = r.Header.Clone()
+	var mu sync.Mutex
+	got := map[string]http.Header{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get("X-Message-Id")] = r.Header.Clone()
+		mu.Unlock()
 		w.WriteHeader(204)
-	})
-	if err != nil {
-		t.Fatalf("Publish = %v, want the request sent without the bad headers", err)
+	}))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook"})
+	ctx := testenv.Context(t, 10*time.Second)
+	bad := map[int]map[string]string{
+		1: {"X-(Bad)": "name"}, 2: {"X-Café": "name"}, 3: {"X-Split": "a\r\nInjected: 1"}, 4: {"X-Nul": "a\x00b"},
 	}
-	if got.Get("X-Good") != "yes" {
-		t.Errorf("X-Good = %q, want yes", got.Get("X-Good"))
-	}
-	for _, k := range []string{"X-(Bad)", "X-Café", "X-Split", "Injected", "X-Nul"} {
-		if v, ok := got[http.CanonicalHeaderKey(k)]; ok {
-			t.Errorf("header %s = %q arrived, want it left out", k, v)
+	batch := make([]outbox.Message, 7)
+	for i := range batch {
+		batch[i] = msg()
+		batch[i].Headers = map[string]string{"X-Good": "yes", "x-message-id": "forged"}
+		for k, v := range bad[i] {
+			batch[i].Headers[k] = v
 		}
+	}
+	batch[5].Topic = "t\nInjected: 1"
+	err := d.Publish(ctx, batch)
+	for i, m := range batch {
+		e := destination.ErrorAt(err, i)
+		refused := bad[i] != nil || i == 5
+		switch {
+		case refused && (!outbox.IsPermanent(e) || got[m.ID] != nil):
+			t.Errorf("message %d: %v (sent: %v); want a permanent failure before any request", i, e, got[m.ID] != nil)
+		case !refused && e != nil:
+			t.Errorf("message %d: %v; want it delivered", i, e)
+		case !refused && (got[m.ID].Get("X-Good") != "yes" || got[m.ID].Get("X-Message-Id") != m.ID):
+			t.Errorf("message %d arrived with headers %v", i, got[m.ID])
+		}
+	}
+	if err := d.Publish(ctx, []outbox.Message{msg()}); err != nil {
+		t.Fatalf("the next Publish: %v", err)
 	}
 }
 
@@ -297,8 +382,8 @@ func TestTimeout(t *testing.T) {
 	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook", Timeout: 100 * time.Millisecond})
 	start := time.Now()
 	err := destination.ErrorAt(d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{msg()}), 0)
-	if err == nil || outbox.IsPermanent(err) || !strings.Contains(err.Error(), "timed out after 100ms") {
-		t.Fatalf("want a retryable timeout error, got %v", err)
+	if !outbox.IsUnavailable(err) || !strings.Contains(err.Error(), "timed out after 100ms") {
+		t.Fatalf("want an unavailable timeout error, got %v", err)
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("timeout took %v", el)
@@ -496,5 +581,119 @@ func TestBadOptionsAndCheck(t *testing.T) {
 	_ = d.Close()
 	if err := d.Check(context.Background()); err == nil {
 		t.Fatal("Check after Close: want an error")
+	}
+}
+
+// TestNoRoomKeepsRetryAfter: a 429 or a 507 is back-pressure, not the
+// row's failure, and the receiver's Retry-After stays readable through it.
+func TestNoRoomKeepsRetryAfter(t *testing.T) {
+	t.Parallel()
+	for code, limit := range map[int]string{429: httpdest.LimitTooManyRequests, 507: httpdest.LimitInsufficientStorage} {
+		err := publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "9")
+			w.WriteHeader(code)
+		})
+		got, ok := outbox.NoRoomLimit(err)
+		if d, has := outbox.RetryDelay(err); !ok || got != limit || !has || d != 9*time.Second || outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
+			t.Errorf("status %d with Retry-After 9: %v (limit %q %v, delay %v %v); want NoRoom %q with the delay", code, err, got, ok, d, has, limit)
+		}
+	}
+	err := publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "4")
+		w.WriteHeader(503)
+	})
+	if d, has := outbox.RetryDelay(err); !outbox.IsUnavailable(err) || !has || d != 4*time.Second {
+		t.Errorf("503 with Retry-After 4: %v (delay %v %v); want unavailable with the delay", err, d, has)
+	}
+}
+
+// TestConnectionLostIsUnavailable: a receiver that closes the connection
+// without answering is down, not refusing the row.
+func TestConnectionLostIsUnavailable(t *testing.T) {
+	t.Parallel()
+	err := publishOne(t, httpdest.Options{}, func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, herr := http.NewResponseController(w).Hijack()
+		if herr != nil {
+			t.Error(herr)
+			return
+		}
+		_ = conn.Close()
+	})
+	if !outbox.IsUnavailable(err) || !strings.Contains(err.Error(), "connection lost") {
+		t.Fatalf("connection closed without a response: %v; want unavailable, connection lost", err)
+	}
+}
+
+// TestUntrustedCertificateIsUnavailable: a receiver whose certificate the
+// relay does not trust fails every request alike: the destination is out
+// of reach until the certificate or tls.caFile is fixed.
+func TestUntrustedCertificateIsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook"})
+	e := destination.ErrorAt(d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{msg()}), 0)
+	if !outbox.IsUnavailable(e) || !strings.Contains(e.Error(), "TLS") {
+		t.Fatalf("untrusted certificate: %v; want unavailable, naming TLS", e)
+	}
+}
+
+// TestPublishEachKeepsKeyOrder: PublishEach sends the messages of one key
+// one after another in batch order, and reports each as its answer comes;
+// after a failure the later messages of the key are reported not sent,
+// without a request.
+func TestPublishEachKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		order = append(order, r.Header.Get("X-Message-Id"))
+		mu.Unlock()
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(500)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook", Concurrency: 8})
+	msgs := make([]outbox.Message, 12)
+	for i := range msgs {
+		msgs[i] = msg()
+		msgs[i].Key = []string{"a", "b"}[i%2]
+	}
+	msgs[7].Headers = map[string]string{"X-Fail": "1"} // key b
+	var doneMu sync.Mutex
+	errs := map[int]error{}
+	d.PublishEach(testenv.Context(t, 10*time.Second), msgs, func(i int, err error) {
+		doneMu.Lock()
+		defer doneMu.Unlock()
+		if _, dup := errs[i]; dup {
+			t.Errorf("done called twice for message %d", i)
+		}
+		errs[i] = err
+	})
+	pos := map[string]int{}
+	for i, id := range order {
+		pos[id] = i
+	}
+	last := map[string]int{}
+	for i, m := range msgs {
+		e := errs[i]
+		switch {
+		case m.Key == "b" && i > 7:
+			if _, sent := pos[m.ID]; sent || e == nil || !strings.Contains(e.Error(), "earlier in the batch failed") {
+				t.Errorf("message %d (key b, after the failure): %v, sent %v; want not sent", i, e, sent)
+			}
+			continue
+		case i == 7 && e == nil, i != 7 && e != nil:
+			t.Errorf("message %d: %v", i, e)
+		}
+		if p, ok := last[m.Key]; ok && pos[m.ID] < p {
+			t.Errorf("key %s: message %d sent before the one preceding it in the batch", m.Key, i)
+		}
+		last[m.Key] = pos[m.ID]
+	}
+	if len(errs) != len(msgs) {
+		t.Errorf("done called for %d of %d messages", len(errs), len(msgs))
 	}
 }
