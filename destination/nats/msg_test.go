@@ -13,7 +13,10 @@ func TestNatsMsgHeaders(t *testing.T) {
 	d := &Destination{name: "t"}
 	m := &outbox.Message{ID: "id-1", Topic: "orders.created", Key: "k-7", Attempt: 2, Payload: []byte(`{}`),
 		Headers: map[string]string{"trace": "abc", "tenant": "t1", "nats-msg-id": "forged"}}
-	msg := d.natsMsg("subj", m)
+	msg, _, err := d.natsMsg("subj", m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := map[string]string{"trace": "abc", "tenant": "t1", HeaderMsgID: "id-1", HeaderTopic: "orders.created",
 		HeaderAttempt: "2", HeaderMessageKey: "k-7"}
 	if len(msg.Header) != len(want) {
@@ -38,6 +41,6 @@ func BenchmarkNatsMsg(b *testing.B) {
 		Attempt: 0, Payload: make([]byte, 200)}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = d.natsMsg("outbox.orders.created", m)
+		_, _, _ = d.natsMsg("outbox.orders.created", m)
 	}
 }

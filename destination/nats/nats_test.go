@@ -140,6 +140,7 @@ func TestConformance(t *testing.T) {
 		FailureInjection:   true,
 		PermanentInjection: true,
 		MissingTarget:      true,
+		Streamer:           true,
 		IdentityHeaders:    []string{"Nats-Msg-Id"},
 	})
 }

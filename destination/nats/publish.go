@@ -1,0 +1,290 @@
+package nats
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// Publish publishes msgs asynchronously, at most MaxPending outstanding for
+// the destination, then waits for every PubAck. It returns nil, a
+// *destination.BatchError, or an error that applies to every message.
+func (d *Destination) Publish(ctx context.Context, msgs []outbox.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := d.unusable(ctx); err != nil {
+		return err
+	}
+	errs := make([]error, len(msgs))
+	d.PublishEach(ctx, msgs, func(i int, err error) { errs[i] = err })
+	return destination.NewBatchError(errs)
+}
+
+// unusable is the failure of every message of a batch that cannot start:
+// the destination is closed, ctx has ended or the connection is down.
+func (d *Destination) unusable(ctx context.Context) error {
+	select {
+	case <-d.closed:
+		return fmt.Errorf("nats destination %q: %w", d.name, ErrClosed)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("nats destination %q: not published: %w", d.name, err)
+	}
+	if st := d.nc.Status(); st != nats.CONNECTED {
+		return outbox.Unavailable(fmt.Errorf("nats destination %q: not connected to %s (%s)", d.name, d.servers, st))
+	}
+	return nil
+}
+
+// PublishEach publishes msgs as Publish does, and calls done for each
+// message as soon as its PubAck (or failure) arrives, in whatever order
+// they come: a message whose ack is slow holds back only itself. When ctx
+// ends first, the messages still without an outcome fail with it, and
+// PublishEach returns; their acks, when they come, only free window slots.
+func (d *Destination) PublishEach(ctx context.Context, msgs []outbox.Message, done func(i int, err error)) {
+	if len(msgs) == 0 {
+		return
+	}
+	if err := d.unusable(ctx); err != nil {
+		for i := range msgs {
+			done(i, err)
+		}
+		return
+	}
+	b := &batch{resolved: make([]bool, len(msgs)), done: done, settled: make(chan struct{})}
+	var acks sync.WaitGroup
+
+	i := 0
+publish:
+	for ; i < len(msgs); i++ {
+		m := &msgs[i]
+		subj, err := d.subject.Render(m)
+		if err == nil {
+			err = validSubject(subj)
+		}
+		if err != nil {
+			b.set(i, fmt.Errorf("nats destination %q: subject: %w", d.name, err))
+			continue
+		}
+		msg, size, err := d.natsMsg(subj, m)
+		if err != nil {
+			b.set(i, fmt.Errorf("nats destination %q: %w", d.name, err))
+			continue
+		}
+		if d.denied.recent(subj) {
+			// Refused within AckTimeout: publishing again would only
+			// hold a slot until the ack times out. Once that has passed,
+			// one publish asks the server again (a permission granted
+			// meanwhile); an acknowledged one clears the refusal.
+			b.set(i, d.deniedError(subj))
+			continue
+		}
+		waited := time.Now()
+		select {
+		case d.sem <- struct{}{}:
+		case <-ctx.Done():
+			break publish
+		}
+		if d.denied.since(subj, waited) { // refused while this message waited for its slot
+			<-d.sem
+			b.set(i, d.deniedError(subj))
+			continue
+		}
+		sent := time.Now() // before the publish: the server's refusal can come before it returns
+		f, err := d.js.PublishMsgAsync(msg)
+		if err != nil {
+			<-d.sem
+			b.set(i, d.classify(err, subj, size))
+			continue
+		}
+		acks.Add(1)
+		go d.settle(b, pendingAck{i: i, f: f, subject: subj, size: size, sent: sent}, &acks)
+	}
+	for j := i; j < len(msgs); j++ { // never sent: ctx ended
+		b.set(j, d.ctxError(ctx))
+	}
+	go func() {
+		acks.Wait()
+		close(b.settled)
+	}()
+
+	select {
+	case <-b.settled:
+	case <-ctx.Done():
+		// Messages whose ack has not come are failures; their settle
+		// goroutines keep freeing window slots as the outstanding acks
+		// resolve (each ends by ack, error or AckTimeout).
+		b.abandon(d.ctxError(ctx))
+	}
+}
+
+type pendingAck struct {
+	i       int
+	f       jetstream.PubAckFuture
+	subject string
+	size    int // subject, headers and payload
+	sent    time.Time
+}
+
+// batch holds the outcome of one PublishEach call: done is called once per
+// message, under mu, so that none is called after PublishEach returns.
+type batch struct {
+	mu        sync.Mutex
+	resolved  []bool
+	abandoned bool
+	done      func(int, error)
+	settled   chan struct{} // closed when every ack has been awaited
+}
+
+// set reports message i's outcome, unless it has one already.
+func (b *batch) set(i int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.abandoned && !b.resolved[i] {
+		b.resolved[i] = true
+		b.done(i, err)
+	}
+}
+
+// abandon fails every message without an outcome with err; later outcomes
+// are ignored.
+func (b *batch) abandon(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.abandoned = true
+	for i, ok := range b.resolved {
+		if !ok {
+			b.resolved[i] = true
+			b.done(i, err)
+		}
+	}
+}
+
+// settle awaits p's PubAck, reports its outcome, and frees its window
+// slot. A denied publish's future stays in jetstream's bounded table of
+// outstanding publishes until its ack times out (a publish past the bound
+// stalls): its slot moves from the window to deniedSem, which bounds such
+// futures to MaxPending, so that the table never holds more than twice
+// MaxPending and refusals hold no window slot unless MaxPending of them
+// are outstanding.
+func (d *Destination) settle(b *batch, p pendingAck, acks *sync.WaitGroup) {
+	answered := d.await(b, p)
+	acks.Done()
+	if answered {
+		<-d.sem
+		return
+	}
+	d.deniedSem <- struct{}{}
+	<-d.sem
+	select {
+	case <-p.f.Ok():
+	case <-p.f.Err():
+	}
+	<-d.deniedSem
+}
+
+// await waits for p's PubAck and sets its outcome; false when the server
+// denied the publish (the future is still unresolved then).
+func (d *Destination) await(b *batch, p pendingAck) bool {
+	acked := func() bool { // a duplicate ack is a success too
+		b.set(p.i, nil)
+		d.denied.allowed(p.subject)
+		return true
+	}
+	failed := func(err error) bool {
+		b.set(p.i, d.classify(err, p.subject, p.size))
+		return true
+	}
+	for {
+		denied := d.denied.changed()
+		// An acknowledgement that is there already wins over a refusal
+		// of the subject, which may belong to an earlier publish.
+		select {
+		case <-p.f.Ok():
+			return acked()
+		case err := <-p.f.Err():
+			return failed(err)
+		default:
+		}
+		if d.denied.since(p.subject, p.sent) {
+			b.set(p.i, d.deniedError(p.subject))
+			return false
+		}
+		select {
+		case <-p.f.Ok():
+			return acked()
+		case err := <-p.f.Err():
+			return failed(err)
+		case <-denied:
+			// The server refused a publish to some subject. Its PubAck
+			// never comes: without this, the message waited AckTimeout
+			// and failed as "destination down", so that it spent no
+			// attempt, never died, and opened the circuit for every
+			// other subject of the destination. Checked again above.
+		}
+	}
+}
+
+// natsMsg returns the message published for m to subj, and its size
+// (subject, headers and payload). A header block larger than JetStream
+// stores fails permanently here, before the publish.
+func (d *Destination) natsMsg(subj string, m *outbox.Message) (*nats.Msg, int, error) {
+	h := make(nats.Header, len(m.Headers)+4)
+	// Every header has one value: they share one backing array, one
+	// allocation instead of one per header (each value is a full slice
+	// expression, so that an append by a reader cannot spill into the next).
+	vals := make([]string, 0, len(m.Headers)+4)
+	hdrSize := len("NATS/1.0\r\n") + len("\r\n")
+	set := func(k, v string) {
+		vals = append(vals, v)
+		n := len(vals)
+		h[k] = vals[n-1 : n : n]
+		hdrSize += len(k) + len(": ") + len(v) + len("\r\n")
+	}
+	for k, v := range m.Headers {
+		if reserved(k) {
+			continue
+		}
+		set(k, v)
+	}
+	set(HeaderMsgID, m.ID)
+	set(HeaderTopic, m.Topic)
+	set(HeaderAttempt, strconv.Itoa(m.Attempt))
+	if m.Key != "" {
+		set(HeaderMessageKey, m.Key)
+	}
+	if hdrSize > maxHeaderBytes {
+		return nil, 0, outbox.Permanent(fmt.Errorf("the message's headers take %d bytes, more than JetStream's limit of %d (send fewer or smaller row headers)", hdrSize, maxHeaderBytes))
+	}
+	return &nats.Msg{Subject: subj, Header: h, Data: m.Payload}, len(subj) + hdrSize + len(m.Payload), nil
+}
+
+// reserved reports whether a row header would collide with a header the
+// destination sets itself; such row headers are dropped.
+func reserved(k string) bool {
+	for _, r := range [...]string{HeaderMsgID, HeaderTopic, HeaderAttempt, HeaderMessageKey} {
+		if strings.EqualFold(k, r) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Destination) ctxError(ctx context.Context) error {
+	err := fmt.Errorf("nats destination %q: no PubAck before the context ended: %w", d.name, ctx.Err())
+	if !d.nc.IsConnected() {
+		return outbox.Unavailable(err)
+	}
+	return err
+}
