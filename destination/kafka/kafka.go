@@ -232,6 +232,9 @@ func (d *Destination) Record(m *outbox.Message) (kafkago.Message, error) {
 	if topic == "" {
 		return kafkago.Message{}, outbox.Permanent(fmt.Errorf("kafka: topic template %q renders empty for this row", d.topic))
 	}
+	if err := checkTopic(topic); err != nil {
+		return kafkago.Message{}, err
+	}
 	key, err := d.key.Render(m)
 	if err != nil {
 		return kafkago.Message{}, err

@@ -380,34 +380,65 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 }
 
+// TestClassify: the class of each kafka-go error Publish can meet.
 func TestClassify(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	const (
+		permanent   = "permanent"
+		unavailable = "unavailable"
+		rowFailed   = "row failed"
+	)
+	noRoom := func(limit string) string { return "no room " + limit }
+	classOf := func(err error) string {
+		switch {
+		case outbox.IsPermanent(err):
+			return permanent
+		case outbox.IsUnavailable(err):
+			return unavailable
+		case outbox.IsNoRoom(err):
+			limit, _ := outbox.NoRoomLimit(err)
+			return noRoom(limit)
+		}
+		return rowFailed
+	}
 	for _, c := range []struct {
-		err                    error
-		permanent, unavailable bool
+		err  error
+		want string
 	}{
-		{kafkago.MessageSizeTooLarge, true, false},
-		{kafkago.WriteErrors{kafkago.MessageSizeTooLarge}[0], true, false},
-		{fmt.Errorf("wrapped: %w", kafkago.TopicAuthorizationFailed), false, false},
-		{kafkago.InvalidTopic, true, false},
-		{kafkago.MessageTooLargeError{}, true, false},
-		{kafkago.UnknownTopicOrPartition, false, false},
-		{kafkago.NotEnoughReplicas, false, false},
-		{kafkago.LeaderNotAvailable, false, false},
-		{kafkago.RequestTimedOut, false, false},
-		{kafkago.SASLAuthenticationFailed, false, true},
-		{refused, false, true},
-		{io.EOF, false, true},
-		{context.DeadlineExceeded, false, false},
+		{kafkago.MessageSizeTooLarge, permanent},
+		{kafkago.WriteErrors{kafkago.MessageSizeTooLarge}[0], permanent},
+		{kafkago.RecordListTooLarge, permanent},
+		{kafkago.InvalidRecord, permanent},
+		{kafkago.UnsupportedForMessageFormat, permanent},
+		{kafkago.InvalidTopic, permanent},
+		{kafkago.MessageTooLargeError{}, permanent},
+		{kafkago.SASLAuthenticationFailed, unavailable},
+		{kafkago.ClusterAuthorizationFailed, unavailable},
+		{kafkago.LeaderNotAvailable, unavailable},
+		{kafkago.NotLeaderForPartition, unavailable},
+		{kafkago.BrokerNotAvailable, unavailable},
+		{kafkago.ReplicaNotAvailable, unavailable},
+		{kafkago.RequestTimedOut, unavailable},
+		{kafkago.NetworkException, unavailable},
+		{kafkago.KafkaStorageError, unavailable},
+		{refused, unavailable},
+		{io.EOF, unavailable},
+		{kafkago.NotEnoughReplicas, noRoom(kafka.LimitNotEnoughReplicas)},
+		{kafkago.NotEnoughReplicasAfterAppend, noRoom(kafka.LimitNotEnoughReplicas)},
+		{kafkago.ThrottlingQuotaExceeded, noRoom(kafka.LimitQuota)},
+		{fmt.Errorf("wrapped: %w", kafkago.TopicAuthorizationFailed), rowFailed},
+		{kafkago.UnknownTopicOrPartition, rowFailed},
+		{kafkago.InvalidMessage, rowFailed},
+		{kafkago.InvalidTimestamp, rowFailed},
+		{context.DeadlineExceeded, rowFailed},
 	} {
 		got := kafka.Classify(c.err)
 		if got == nil {
 			t.Errorf("Classify(%v) = nil", c.err)
 			continue
 		}
-		if outbox.IsPermanent(got) != c.permanent || outbox.IsUnavailable(got) != c.unavailable {
-			t.Errorf("Classify(%v) = %v: permanent %v unavailable %v, want %v %v", c.err, got,
-				outbox.IsPermanent(got), outbox.IsUnavailable(got), c.permanent, c.unavailable)
+		if class := classOf(got); class != c.want {
+			t.Errorf("Classify(%v) = %v: %s, want %s", c.err, got, class, c.want)
 		}
 		var tooLarge kafkago.MessageTooLargeError
 		if !errors.As(c.err, &tooLarge) && !errors.Is(got, c.err) {
