@@ -697,3 +697,31 @@ func TestPublishEachKeepsKeyOrder(t *testing.T) {
 		t.Errorf("done called for %d of %d messages", len(errs), len(msgs))
 	}
 }
+
+// TestInvalidRenderedURLIsPermanent: a row whose values make the URL
+// template render something that is not a URL fails permanently; the
+// other rows of the batch are delivered.
+func TestInvalidRenderedURLIsPermanent(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	paths := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths[r.URL.Path] = true
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook/{{ key }}"})
+	batch := []outbox.Message{msg(), msg()}
+	batch[0].Key, batch[1].Key = "ok", "%zz"
+	err := d.Publish(testenv.Context(t, 10*time.Second), batch)
+	if e := destination.ErrorAt(err, 0); e != nil {
+		t.Errorf("the good row: %v", e)
+	}
+	if e := destination.ErrorAt(err, 1); !outbox.IsPermanent(e) || !strings.Contains(e.Error(), "not a valid http(s) URL") {
+		t.Errorf("a row rendering an invalid URL: %v; want permanent", e)
+	}
+	if !paths["/hook/ok"] || len(paths) != 1 {
+		t.Errorf("requests to %v; want /hook/ok only", paths)
+	}
+}

@@ -356,8 +356,8 @@ func TestSASL(t *testing.T) {
 			bad := newDest(t, kafka.Options{Brokers: k.Brokers, Topic: topic, MaxAttempts: 1,
 				SASL: &kafka.SASL{Mechanism: mech, Username: "relay", Password: "wrong-password"}})
 			err := bad.Publish(ctx, []outbox.Message{msg(2, "t", "k")})
-			if err == nil || !outbox.IsRetryable(err) {
-				t.Fatalf("Publish with a wrong password = %v, want a retryable error", err)
+			if !outbox.IsUnavailable(err) {
+				t.Fatalf("Publish with a wrong password = %v, want unavailable", err)
 			}
 			if bytes.Contains([]byte(err.Error()), []byte("wrong-password")) {
 				t.Errorf("error shows the password: %v", err)

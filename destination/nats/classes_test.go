@@ -257,8 +257,11 @@ func TestRecordTooLargeIsPermanent(t *testing.T) {
 	if e := destination.ErrorAt(err, 1); e != nil {
 		t.Errorf("the small message: %v", e)
 	}
-	if info, err := s.Info(ctx); err != nil || info.State.Msgs != 1 {
-		t.Errorf("stream info %+v, %v; want the small message", info, err)
+	if err := d.Publish(ctx, []outbox.Message{msg("z")}); err != nil {
+		t.Fatalf("the next Publish: %v", err)
+	}
+	if info, err := s.Info(ctx); err != nil || info.State.Msgs != 2 {
+		t.Errorf("stream info %+v, %v; want the two small messages", info, err)
 	}
 }
 
