@@ -276,6 +276,21 @@ func (d *Destination) PublishEach(ctx context.Context, msgs []outbox.Message, do
 	if len(msgs) == 0 {
 		return
 	}
+	var unusable error
+	select {
+	case <-d.closed:
+		unusable = fmt.Errorf("http destination %q: %w", d.name, ErrClosed)
+	default:
+		if err := ctx.Err(); err != nil {
+			unusable = fmt.Errorf("http destination %q: not sent: %w", d.name, err)
+		}
+	}
+	if unusable != nil {
+		for i := range msgs {
+			done(i, unusable)
+		}
+		return
+	}
 	// Group by key: one sequential lane per non-empty key, one lane per
 	// unkeyed message.
 	var lanes [][]int
