@@ -125,8 +125,6 @@ func Default() *Config {
 		},
 		Relay: Relay{
 			BatchSize:       100,
-			Concurrency:     16,
-			InflightBatches: 2,
 			PollInterval:    Duration(100 * time.Millisecond),
 			MaxPollInterval: Duration(time.Second),
 			Lease:           Duration(30 * time.Second),
@@ -173,6 +171,13 @@ const (
 // reapInterval is never 0.
 func (v *validator) applyDerivedDefaults() {
 	r := &v.cfg.Relay
+	if r.MaxInflight == 0 && r.BatchSize > 0 {
+		r.MaxInflight = 10 * r.BatchSize
+		if r.InflightBatches > 0 {
+			r.MaxInflight = r.BatchSize * r.InflightBatches
+			v.warn("relay.inflightBatches", "is read as relay.maxInflight: %d (batchSize × inflightBatches): rows settle one by one now, and maxInflight bounds the rows in flight", r.MaxInflight)
+		}
+	}
 	if _, set := v.seen["relay.reapInterval"]; !set {
 		r.ReapInterval = Duration(max(min(defaultReapInterval, r.Lease.D()/2), time.Millisecond))
 	}

@@ -84,7 +84,7 @@ func TestGoodConfig(t *testing.T) {
 			MaxConns:    8, SynchronousCommit: "off",
 		},
 		Relay: Relay{
-			BatchSize: 50, Concurrency: 8, InflightBatches: 3,
+			BatchSize: 50, MaxInflight: 150, Concurrency: 8,
 			PollInterval: Duration(250 * time.Millisecond), MaxPollInterval: Duration(time.Second), Lease: Duration(time.Minute), MaxAttempts: 7,
 			Backoff:         Backoff{Base: Duration(500 * time.Millisecond), Max: Duration(2 * time.Minute), Jitter: 0.1},
 			ShutdownTimeout: Duration(20 * time.Second), ReapInterval: Duration(5 * time.Second), OnDead: "hold", ClaimMode: "auto", ClaimTurns: "table",
@@ -157,6 +157,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Default()
 	want.Relay.ReapInterval = Duration(5 * time.Second)
+	want.Relay.MaxInflight = 1000
 	if !reflect.DeepEqual(cfg.Relay, want.Relay) {
 		t.Errorf("relay = %+v, want %+v", cfg.Relay, want.Relay)
 	}
@@ -164,8 +165,8 @@ func TestDefaults(t *testing.T) {
 		"database.type":        {cfg.Database.Type, "postgresql"},
 		"database.outboxTable": {cfg.Database.OutboxTable, "outbox"},
 		"relay.batchSize":      {cfg.Relay.BatchSize, 100},
-		"relay.concurrency":    {cfg.Relay.Concurrency, 16},
-		"relay.inflight":       {cfg.Relay.InflightBatches, 2},
+		"relay.concurrency":    {cfg.Relay.Concurrency, 0},
+		"relay.maxInflight":    {cfg.Relay.MaxInflight, 1000},
 		"relay.pollInterval":   {cfg.Relay.PollInterval.D(), 100 * time.Millisecond},
 		"relay.lease":          {cfg.Relay.Lease.D(), 30 * time.Second},
 		"relay.maxAttempts":    {cfg.Relay.MaxAttempts, 5},
@@ -219,8 +220,8 @@ routes:
 
 func TestExplicitZeroIsNotDefaulted(t *testing.T) {
 	t.Parallel()
-	_, err := Parse([]byte(minimal+"relay:\n  concurrency: 0\n"), nil)
-	if err == nil || !strings.Contains(err.Error(), "relay.concurrency: must be positive, got 0") {
+	_, err := Parse([]byte(minimal+"relay:\n  batchSize: 0\n"), nil)
+	if err == nil || !strings.Contains(err.Error(), "relay.batchSize: must be positive, got 0") {
 		t.Errorf("err = %v", err)
 	}
 	// An empty section keeps the defaults.
@@ -622,18 +623,28 @@ relay:
 	}
 }
 
-// TestConcurrencyOnANonHTTPDestinationWarns: concurrency bounds HTTP
-// requests only; set on another destination it did nothing, silently.
-func TestConcurrencyOnANonHTTPDestinationWarns(t *testing.T) {
+// TestInflightBatchesIsReadAsMaxInflight: the key of the earlier engine
+// still loads, as the rows in flight it allowed, with a warning that names
+// the key that replaces it; maxInflight wins when both are set.
+func TestInflightBatchesIsReadAsMaxInflight(t *testing.T) {
 	t.Parallel()
-	src := strings.Replace(minimal, "    subject: \"{{ topic }}\"", "    subject: \"{{ topic }}\"\n    concurrency: 4", 1)
-	cfg, err := Parse([]byte(src), nil)
+	cfg, err := Parse([]byte(minimal+"relay:\n  batchSize: 50\n  inflightBatches: 3\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := cfg.Warnings()
-	if len(w) != 1 || !strings.Contains(w[0], "destinations.events.concurrency: has no effect on a nats destination") {
-		t.Errorf("warnings %q, want one on destinations.events.concurrency", w)
+	if cfg.Relay.MaxInflight != 150 || len(w) != 1 || !strings.Contains(w[0], "relay.inflightBatches: is read as relay.maxInflight: 150") {
+		t.Errorf("maxInflight %d, warnings %q; want 150 and one warning naming relay.maxInflight", cfg.Relay.MaxInflight, w)
+	}
+	cfg, err = Parse([]byte(minimal+"relay:\n  maxInflight: 400\n  inflightBatches: 3\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Relay.MaxInflight != 400 {
+		t.Errorf("maxInflight %d with both keys set, want 400", cfg.Relay.MaxInflight)
+	}
+	if _, err := Parse([]byte(minimal+"relay:\n  maxInflight: 10\n"), nil); err == nil || !strings.Contains(err.Error(), "relay.maxInflight: must be at least relay.batchSize (100), got 10") {
+		t.Errorf("maxInflight below batchSize: err = %v", err)
 	}
 }
 

@@ -34,9 +34,16 @@ type Database struct {
 
 // Relay tunes the delivery engine.
 type Relay struct {
-	BatchSize       int      `yaml:"batchSize"`
-	Concurrency     int      `yaml:"concurrency"`     // deliveries in flight per destination
-	InflightBatches int      `yaml:"inflightBatches"` // claimed batches being published at once
+	BatchSize int `yaml:"batchSize"`
+	// MaxInflight bounds the rows one relay holds claimed and not yet
+	// settled; 0: 10 × batchSize.
+	MaxInflight int `yaml:"maxInflight"`
+	// Concurrency is the hard cap of rows in flight to each destination; 0:
+	// maxInflight. Below it each destination's limit adapts.
+	Concurrency int `yaml:"concurrency"`
+	// InflightBatches is read as maxInflight = batchSize × inflightBatches
+	// when maxInflight is not set (the key of an earlier engine).
+	InflightBatches int      `yaml:"inflightBatches"`
 	PollInterval    Duration `yaml:"pollInterval"`
 	MaxPollInterval Duration `yaml:"maxPollInterval"` // idle polling backs off up to this
 	Lease           Duration `yaml:"lease"`

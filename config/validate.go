@@ -229,6 +229,12 @@ func (v *validator) positive(path string, n int) {
 	}
 }
 
+func (v *validator) notNegative(path string, n int) {
+	if n < 0 {
+		v.fail(path, "must be 0 or positive, got %d", n)
+	}
+}
+
 func (v *validator) positiveDuration(path string, d Duration) {
 	if d <= 0 {
 		v.fail(path, "must be a positive duration, got %s", d)
@@ -238,8 +244,12 @@ func (v *validator) positiveDuration(path string, d Duration) {
 func (v *validator) relay() {
 	r := &v.cfg.Relay
 	v.positive("relay.batchSize", r.BatchSize)
-	v.positive("relay.concurrency", r.Concurrency)
-	v.positive("relay.inflightBatches", r.InflightBatches)
+	v.notNegative("relay.maxInflight", r.MaxInflight)
+	v.notNegative("relay.concurrency", r.Concurrency)
+	v.notNegative("relay.inflightBatches", r.InflightBatches)
+	if r.MaxInflight > 0 && r.BatchSize > 0 && r.MaxInflight < r.BatchSize {
+		v.fail("relay.maxInflight", "must be at least relay.batchSize (%d), got %d", r.BatchSize, r.MaxInflight)
+	}
 	v.positive("relay.maxAttempts", r.MaxAttempts)
 	v.positiveDuration("relay.pollInterval", r.PollInterval)
 	if r.MaxPollInterval < r.PollInterval {
@@ -512,12 +522,6 @@ func (v *validator) routes() {
 	for _, name := range names {
 		if !used[name] && len(routes) > 0 {
 			v.warn("destinations."+name, "not used by any route")
-		}
-		if d := v.cfg.Destinations[name]; d.Concurrency > 0 && d.Type != "http" {
-			// NATS, Kafka and RabbitMQ publish a whole batch at once,
-			// bounded by their own windows; concurrency bounds HTTP
-			// requests only.
-			v.warn("destinations."+name+".concurrency", "has no effect on a %s destination (it bounds HTTP requests in flight; this destination publishes each batch at once)", d.Type)
 		}
 	}
 }

@@ -24,7 +24,9 @@ type Metrics struct {
 	claimTurnWait   prometheus.Histogram
 	claimedRows     prometheus.Counter
 	claimLimit      prometheus.Gauge
-	claimWorkers    prometheus.Gauge
+	pastFront       prometheus.Counter
+	destLimit       *prometheus.GaugeVec
+	backpressure    *prometheus.CounterVec
 	publishDuration *prometheus.HistogramVec
 	commitToAck     *prometheus.HistogramVec
 	deliveries      *prometheus.CounterVec
@@ -75,9 +77,17 @@ func New() *Metrics {
 		claimedRows: counter("claimed_rows_total",
 			"Rows claimed."),
 		claimLimit: gauge("claim_limit",
-			"Rows the last claim asked for: relay.batchSize, or a share of it while whole batches find fewer ready rows."),
-		claimWorkers: gauge("claim_workers",
-			"Workers that claim: relay.inflightBatches, or fewer while the table's claim turn is saturated by the claims of several relays."),
+			"Rows the last claim asked for: relay.batchSize, or the free in-flight budget when less."),
+		pastFront: counter("claims_past_front_total",
+			"Claims whose window started past the front of the table, because rows that cannot be claimed now filled the windows before it."),
+		destLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "destination_inflight_limit",
+			Help: "A destination's limit on rows in flight, as it adapts to the destination's answers (at most its concurrency).",
+		}, []string{"destination"}),
+		backpressure: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "destination_backpressure_total",
+			Help: "Rows a destination had no room for (stream or account limits, broker alarms, quotas, HTTP 429/507), by the limit it named; they wait without spending attempts.",
+		}, []string{"destination", "limit"}),
 		publishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "publish_duration_seconds",
 			Help:    "Duration of one batch publish to a destination.",
@@ -128,7 +138,7 @@ func New() *Metrics {
 		wakeNotified: counter("wake_notifications_total",
 			"Notifications received on the relay.notify channel."),
 	}
-	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.claimWorkers, m.publishDuration, m.commitToAck, m.deliveries,
+	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.pastFront, m.destLimit, m.backpressure, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
 		m.OldestProcessingAge, m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified)
 	// Every series with a fixed label set exists from the start, at zero,
@@ -177,6 +187,7 @@ func (m *Metrics) InitDestination(name string) {
 	}
 	m.publishDuration.WithLabelValues(name)
 	m.commitToAck.WithLabelValues(name)
+	m.destLimit.WithLabelValues(name)
 }
 
 func result(err error) string {
@@ -230,8 +241,18 @@ func (m *Metrics) BreakerChanged(dest string, to relay.BreakerState) {
 	m.circuit.WithLabelValues(dest).Set(float64(to))
 }
 
-// ClaimWorkers implements relay.Observer.
-func (m *Metrics) ClaimWorkers(n int) { m.claimWorkers.Set(float64(n)) }
+// ClaimedPastFront implements relay.Observer.
+func (m *Metrics) ClaimedPastFront(int) { m.pastFront.Inc() }
+
+// DestinationLimit implements relay.Observer.
+func (m *Metrics) DestinationLimit(dest string, limit int) {
+	m.destLimit.WithLabelValues(dest).Set(float64(limit))
+}
+
+// Backpressure implements relay.Observer.
+func (m *Metrics) Backpressure(dest, limit string) {
+	m.backpressure.WithLabelValues(dest, limit).Inc()
+}
 
 // Purged implements relay.RetentionObserver.
 func (m *Metrics) Purged(state string, rows int) { m.purged.WithLabelValues(state).Add(float64(rows)) }

@@ -33,11 +33,13 @@ func documented(t *testing.T) []string {
 }
 
 // TestDocumentedMetricsMatchScrape registers the metrics, configures one
-// destination, and checks that the queuebox_* families of a scrape are
-// exactly the documented ones.
+// destination, reports the one event whose labels come from the destination
+// (the limit of a back-pressure answer), and checks that the queuebox_*
+// families of a scrape are exactly the documented ones.
 func TestDocumentedMetricsMatchScrape(t *testing.T) {
 	m := New()
 	m.InitDestination("hooks")
+	m.Backpressure("hooks", "http_429")
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

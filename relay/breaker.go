@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -14,8 +15,8 @@ type BreakerState int
 // The states of a circuit breaker.
 const (
 	BreakerClosed   BreakerState = iota // deliveries flow
-	BreakerOpen                         // the destination is down: rows wait without spending attempts
-	BreakerHalfOpen                     // one probe batch is allowed through
+	BreakerOpen                         // the destination is down or full: rows wait without spending attempts
+	BreakerHalfOpen                     // one probe publish is allowed through
 )
 
 func (s BreakerState) String() string {
@@ -35,7 +36,7 @@ type BreakerOptions struct {
 	// connection level (outbox.Unavailable) before the breaker opens (5).
 	Failures int
 	// OpenFor is how long the breaker stays open before it lets one probe
-	// batch through (5s); it doubles after each failed probe up to
+	// publish through (5s); it doubles after each failed probe up to
 	// MaxOpenFor (30s).
 	OpenFor    time.Duration
 	MaxOpenFor time.Duration
@@ -53,27 +54,40 @@ func (o *BreakerOptions) setDefaults() {
 	}
 }
 
+// fullFor is the first pause of a destination that says it has no room
+// (outbox.NoRoom) without saying for how long; each full answer in a row
+// doubles it, up to BreakerOptions.MaxOpenFor.
+const fullFor = time.Second
+
 // errCircuitOpen is the failure of a row whose destination's breaker is
 // open: it was not published at all.
 var errCircuitOpen = errors.New("circuit open: the destination failed at the connection level; not published")
 
-// breaker is one destination's circuit breaker. It counts consecutive
-// publishes that failed at the connection level; other failures (a 500, a
-// refused message) say the destination is up and reset the count.
+// breaker is one destination's circuit breaker. It opens after Failures
+// consecutive publishes that failed at the connection level (other
+// failures, a 500 or a refused message, say the destination is up and
+// reset the count), and at once when the destination says it is full.
+// Open, it lets one probe through after a while; the probe's outcome closes
+// or reopens it.
 type breaker struct {
 	opt BreakerOptions
 	now func() time.Time
 
-	mu        sync.Mutex
-	state     BreakerState
-	failures  int
-	openFor   time.Duration
-	openUntil time.Time
-	probing   bool
+	mu          sync.Mutex
+	state       BreakerState
+	failures    int
+	openFor     time.Duration
+	openUntil   time.Time
+	probing     bool
+	lastSuccess time.Time
+	// full is the limit named by the answer that opened the breaker, when
+	// the destination is full rather than down; pause is the next pause.
+	full  string
+	pause time.Duration
 }
 
 func newBreaker(opt BreakerOptions) *breaker {
-	return &breaker{opt: opt, now: time.Now, openFor: opt.OpenFor}
+	return &breaker{opt: opt, now: time.Now, openFor: opt.OpenFor, pause: fullFor}
 }
 
 // current returns the breaker's state.
@@ -85,9 +99,9 @@ func (b *breaker) current() BreakerState {
 
 // Circuits returns the state of every destination's circuit breaker.
 func (e *Engine) Circuits() map[string]BreakerState {
-	out := make(map[string]BreakerState, len(e.breakers))
-	for name, b := range e.breakers {
-		out[name] = b.current()
+	out := make(map[string]BreakerState, len(e.lanes))
+	for name, l := range e.lanes {
+		out[name] = l.breaker.current()
 	}
 	return out
 }
@@ -110,24 +124,53 @@ func (b *breaker) allow() (ok bool, wait time.Duration) {
 		return true, 0
 	default: // half-open: one probe at a time
 		if b.probing {
-			return false, b.opt.OpenFor // the probe may close it soon: look again after the base wait
+			return false, min(b.opt.OpenFor, b.pause) // the probe may close it soon
 		}
 		b.probing = true
 		return true, 0
 	}
 }
 
-// record notes the outcome of a publish that allow let through and returns
-// the state before and after.
-func (b *breaker) record(unavailable bool) (from, to BreakerState) {
+// allowsQueue reports whether rows may queue for the destination: not
+// while the breaker is open and no probe is due. It takes no probe slot.
+func (b *breaker) allowsQueue() (ok bool, wait time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == BreakerOpen {
+		if now := b.now(); now.Before(b.openUntil) {
+			return false, b.openUntil.Sub(now)
+		}
+	}
+	return true, 0
+}
+
+// reason is the failure given to rows the breaker keeps back: the
+// destination is down, or full.
+func (b *breaker) reason() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.full != "" {
+		return outbox.NoRoom(b.full, fmt.Errorf("not published: the destination has no room (%s); it is paused", b.full))
+	}
+	return outbox.Unavailable(errCircuitOpen)
+}
+
+// record notes the outcome of a publish that allow let through (down: it
+// failed at the connection level as a whole) and returns the state before
+// and after.
+func (b *breaker) record(down bool) (from, to BreakerState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	from = b.state
 	b.probing = false
-	if !unavailable {
-		b.state, b.failures, b.openFor = BreakerClosed, 0, b.opt.OpenFor
+	if b.state == BreakerOpen && b.full != "" {
+		return from, b.state // paused for room by an answer of this publish
+	}
+	if !down {
+		b.state, b.failures, b.openFor, b.full = BreakerClosed, 0, b.opt.OpenFor, ""
 		return from, b.state
 	}
+	b.full = ""
 	b.failures++
 	switch {
 	case b.state == BreakerHalfOpen:
@@ -139,6 +182,45 @@ func (b *breaker) record(unavailable bool) (from, to BreakerState) {
 	return from, b.state
 }
 
+// fullAnswer opens the breaker because the destination answered that it
+// has no room (err, marked outbox.NoRoom): for the delay the destination
+// asked for, else for a pause that doubles while it stays full. It returns
+// how long the destination is paused, and whether this answer paused it
+// (rather than one before it, still in force).
+func (b *breaker) fullAnswer(err error) (wait time.Duration, paused bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	if b.state == BreakerOpen && b.full != "" && now.Before(b.openUntil) {
+		return b.openUntil.Sub(now), false
+	}
+	limit, _ := outbox.NoRoomLimit(err)
+	wait = b.pause
+	if d, ok := outbox.RetryDelay(err); ok && d > 0 {
+		wait = min(d, b.opt.MaxOpenFor)
+	} else {
+		b.pause = min(2*b.pause, b.opt.MaxOpenFor)
+	}
+	b.state, b.full, b.openUntil, b.probing = BreakerOpen, limit, now.Add(wait), false
+	return wait, true
+}
+
+// succeeded notes a row the destination accepted: the next pause for room
+// starts again from fullFor. (The publish's record closes the breaker.)
+func (b *breaker) succeeded() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lastSuccess = b.now()
+	b.pause = fullFor
+}
+
+// noSuccessSince reports whether no row was accepted since t.
+func (b *breaker) noSuccessSince(t time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastSuccess.Before(t)
+}
+
 // abandon ends a publish that allow let through without an outcome (cut
 // short by shutdown): a probe slot is freed, nothing else changes.
 func (b *breaker) abandon() {
@@ -147,24 +229,10 @@ func (b *breaker) abandon() {
 	b.probing = false
 }
 
-// batchUnavailable reports whether a publish outcome is a connection-level
-// failure of the destination as a whole: every message failed, all with
-// outbox.Unavailable.
-func batchUnavailable(errs []error) bool {
-	if len(errs) == 0 {
-		return false
-	}
-	for _, err := range errs {
-		if err == nil || !outbox.IsUnavailable(err) {
-			return false
-		}
-	}
-	return true
-}
-
-// circuitOpenError is a row's failure while its destination's breaker is
-// open: unavailable, due again when the breaker lets a probe through. The
-// row's last_error names the destination (Engine.reason).
-func circuitOpenError(wait time.Duration) error {
-	return outbox.RetryAfter(outbox.Unavailable(errCircuitOpen), wait)
+// fullLimit is the limit named by the answer that paused the destination,
+// "" when it is not paused for room.
+func (b *breaker) fullLimit() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.full
 }

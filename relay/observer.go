@@ -6,11 +6,22 @@ import "time"
 // be safe for concurrent use and must not block.
 type Observer interface {
 	// Claimed reports one claim statement: rows claimed, the rows it asked
-	// for (BatchSize, or a share of it; claim.go), its duration and its
+	// for (BatchSize, or the free budget when less), its duration and its
 	// error.
 	Claimed(rows, limit int, d time.Duration, err error)
-	// Published reports one Publish call to a destination.
+	// ClaimedPastFront reports a claim whose window started past the front
+	// of the table, because rows that cannot be claimed now filled the
+	// windows before it (sweep.go), and the rows it claimed.
+	ClaimedPastFront(rows int)
+	// Published reports one publish to a destination: the rows sent
+	// together, until the last of them was answered.
 	Published(dest string, rows int, d time.Duration, err error)
+	// DestinationLimit reports a destination's limit on rows in flight,
+	// at start and whenever it adapts (limiter).
+	DestinationLimit(dest string, limit int)
+	// Backpressure reports a row the destination had no room for
+	// (outbox.NoRoom), with the limit it named.
+	Backpressure(dest, limit string)
 	// Acked reports one row accepted by a destination, with the time from
 	// the row's created_at to the acknowledgement; rows without a
 	// created_at value are not reported.
@@ -28,16 +39,15 @@ type Observer interface {
 	// BreakerChanged reports a destination's circuit breaker entering a
 	// new state.
 	BreakerChanged(dest string, to BreakerState)
-	// ClaimWorkers reports how many of the engine's workers claim: at
-	// start (Options.InflightBatches) and whenever a claim turn shared with
-	// other relays changes it (turnShare).
-	ClaimWorkers(n int)
 }
 
 // NopObserver ignores every event.
 type NopObserver struct{}
 
 func (NopObserver) Claimed(int, int, time.Duration, error)      {}
+func (NopObserver) ClaimedPastFront(int)                        {}
+func (NopObserver) DestinationLimit(string, int)                {}
+func (NopObserver) Backpressure(string, string)                 {}
 func (NopObserver) Published(string, int, time.Duration, error) {}
 func (NopObserver) Acked(string, time.Duration)                 {}
 func (NopObserver) Settled(string, Outcome, int)                {}
@@ -45,4 +55,3 @@ func (NopObserver) Wrote(string, time.Duration, error)          {}
 func (NopObserver) Lost(int)                                    {}
 func (NopObserver) BreakerChanged(string, BreakerState)         {}
 func (NopObserver) Reclaimed(int)                               {}
-func (NopObserver) ClaimWorkers(int)                            {}

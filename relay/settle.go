@@ -30,19 +30,13 @@ const (
 // maxErrorLen bounds the last_error text written to the table.
 const maxErrorLen = 1024
 
-// settle writes the outcome of every row of a batch: one statement per kind
-// of outcome. shutdownCut says the publish was cut short by shutdown, in
-// which case failed rows are released rather than retried. It returns the
-// function that reports the outcomes to the observer, to be called once
-// they are durable.
-//
-// pause is how long the worker should wait before its next claim: when every
-// row of the batch was deferred (its destination unavailable), the shortest
-// deferral, at most MaxPollInterval; otherwise 0. A table without a
-// scheduledAt column cannot hold the rows back, so without the pause the
-// worker claimed the same rows again at once, for as long as the outage
-// lasted (thousands of claims a second).
-func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shutdownCut bool) (report func(committed bool), pause time.Duration) {
+// settle writes the outcome of every row of outcomes, all of one claim
+// (token): one statement per kind of outcome. A row whose publish was cut
+// short (outcome.cut: shutdown, or a lease that could not be kept) is
+// released rather than retried. It returns the function that reports the
+// outcomes to the observer, to be called once they are durable.
+func (e *Engine) settle(log *slog.Logger, c *claim, outcomes []outcome) (report func(committed bool)) {
+	token := c.token
 	var (
 		sent = make([]string, 0, len(outcomes))
 		// sentAt is the outcome of each of sent, and retryFrom says where
@@ -55,8 +49,6 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		retryBy   = map[string]int{}
 		// deferredBy counts rows whose destination was unavailable.
 		deferredBy = map[string]int{}
-		deferred   int
-		minDefer   time.Duration
 		deads      []dialect.DeadItem
 		deadFrom   []counted
 		deadBy     = map[string]int{}
@@ -77,7 +69,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		// A row deferred (its destination down, its circuit open) keeps
 		// its deferral delay when the publish is cut: released, it would
 		// be due again at once.
-		if shutdownCut && !o.deferred && !outbox.IsPermanent(o.err) && !errors.Is(o.err, outbox.ErrNoRoute) {
+		if o.cut && !o.deferred && !outbox.IsPermanent(o.err) && !errors.Is(o.err, outbox.ErrNoRoute) {
 			released = append(released, m.ID)
 			continue
 		}
@@ -100,10 +92,6 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 			retries = append(retries, dialect.RetryItem{ID: m.ID, Attempt: m.Attempt, Delay: delay, Error: reason})
 			retryFrom = append(retryFrom, counted{deferredBy, o.dest})
 			deferredBy[o.dest]++
-			if deferred == 0 || delay < minDefer {
-				minDefer = delay
-			}
-			deferred++
 			if firstRetry[o.dest] == "" {
 				firstRetry[o.dest] = reason
 			}
@@ -143,7 +131,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 	}
 	var refusedRows []refusedRow
 	if len(sent) > 0 {
-		refused, unsettled := e.write(log, "complete", token, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
+		refused, unsettled := e.write(log, "complete", token, &c.splits, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: sent[lo:hi]})
 		})
 		for _, r := range refused {
@@ -158,7 +146,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		}
 	}
 	if len(retries) > 0 {
-		refused, unsettled := e.write(log, "retry", token, len(retries), func(ctx context.Context, lo, hi int) (int64, error) {
+		refused, unsettled := e.write(log, "retry", token, &c.splits, len(retries), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Retry(ctx, dialect.RetryParams{Token: token, Items: retries[lo:hi]})
 		})
 		for _, r := range refused {
@@ -172,7 +160,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 		}
 	}
 	if len(deads) > 0 {
-		refused, unsettled := e.write(log, "dead", token, len(deads), func(ctx context.Context, lo, hi int) (int64, error) {
+		refused, unsettled := e.write(log, "dead", token, &c.splits, len(deads), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: deads[lo:hi]})
 		})
 		for _, r := range refused {
@@ -197,7 +185,7 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 	}
 	releasedN := len(released)
 	if len(released) > 0 {
-		refused, unsettled := e.write(log, "release", token, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
+		refused, unsettled := e.write(log, "release", token, &c.splits, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
 			return e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: released[lo:hi]})
 		})
 		for _, r := range refused {
@@ -210,16 +198,13 @@ func (e *Engine) settle(log *slog.Logger, token string, outcomes []outcome, shut
 	// The outcomes are reported once the caller knows they are durable:
 	// at once in lease mode, after the batch transaction commits in lock
 	// mode (a batch that does not commit goes back to pending: released).
-	if deferred > 0 && deferred == len(outcomes) {
-		pause = min(max(minDefer, e.opt.PollInterval), e.opt.MaxPollInterval)
-	}
 	return func(committed bool) {
 		if !committed {
 			e.obs.Settled("", OutcomeReleased, len(outcomes))
 			return
 		}
 		e.report(log, sentBy, retryBy, deferredBy, deadBy, releasedN, firstRetry)
-	}, pause
+	}
 }
 
 // report sends the outcome counts of one settled batch to the observer
@@ -307,9 +292,10 @@ func logStuck(log *slog.Logger, msg, token, id string, err error) {
 }
 
 // maxSplitStatements bounds the statements write spends narrowing down the
-// rows that one statement refuses, beside the statement itself: one
-// refused row of a batch of 1,000 takes 20 more, and a statement refused
-// for every row (a missing permission) must not cost thousands.
+// rows that the statements of one claim refuse, beside the statements
+// themselves: one refused row of a batch of 1,000 takes 20 more, and a
+// statement refused for every row (a missing permission) must not cost
+// thousands.
 const maxSplitStatements = 64
 
 // rowError is a row that a settlement statement refused on its own, with
@@ -331,11 +317,10 @@ type rowError struct {
 // when their lease expires, and are to be counted in no outcome. In lock mode a failed statement has rolled back the
 // batch's transaction: nothing can be narrowed, and the batch is delivered
 // again.
-func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx context.Context, lo, hi int) (int64, error)) (refused []rowError, unsettled []int) {
+func (e *Engine) write(log *slog.Logger, op, token string, budget *int, n int, fn func(ctx context.Context, lo, hi int) (int64, error)) (refused []rowError, unsettled []int) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
 	defer cancel()
 	_, lockMode := e.db.(dialect.BatchCommitter)
-	budget := maxSplitStatements
 	var run func(lo, hi int)
 	run = func(lo, hi int) {
 		_, err := e.writeRange(ctx, log, op, token, hi-lo, func(ctx context.Context) (int64, error) { return fn(ctx, lo, hi) })
@@ -343,7 +328,7 @@ func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx co
 		case err == nil:
 		case outbox.IsPermanent(err) && !lockMode && hi-lo == 1:
 			refused = append(refused, rowError{lo, err})
-		case !outbox.IsPermanent(err) || ctx.Err() != nil || lockMode || budget < 2:
+		case !outbox.IsPermanent(err) || ctx.Err() != nil || lockMode || *budget < 2:
 			log.Error("could not settle rows; they return to pending when the lease expires and are delivered again (same ids)",
 				"op", op, "token", token, "rows", hi-lo, "err", err)
 			for i := lo; i < hi; i++ {
@@ -354,7 +339,7 @@ func (e *Engine) write(log *slog.Logger, op, token string, n int, fn func(ctx co
 				log.Warn("the table refused a settlement statement; narrowing it down to the rows it refuses",
 					"op", op, "token", token, "rows", n, "err", err)
 			}
-			budget -= 2
+			*budget -= 2
 			mid := lo + (hi-lo)/2
 			run(lo, mid)
 			run(mid, hi)

@@ -26,14 +26,16 @@ import (
 // that does not answer fails the start, it does not hang it.
 const connectTimeout = 10 * time.Second
 
-// poolSize is the number of connections the relay needs: one claim or
-// settle per in-flight batch, one lease renewal per batch, the reaper, the
-// backlog refresh and the health check.
+// poolSize is the number of connections the relay needs: the claim, the
+// settlements, the lease renewals, the reaper, the backlog refresh, the
+// health check and retention; in lock mode also one for each claim in
+// flight, which holds its transaction open until its rows are settled.
 func poolSize(cfg *config.Config) int32 {
 	if cfg.Database.MaxConns > 0 {
 		return int32(cfg.Database.MaxConns)
 	}
-	return int32(2*cfg.Relay.InflightBatches + 4)
+	claims := (cfg.Relay.MaxInflight + cfg.Relay.BatchSize - 1) / max(cfg.Relay.BatchSize, 1)
+	return int32(max(8, claims+4))
 }
 
 // openPostgres connects to cfg.Database.URL and checks that the server

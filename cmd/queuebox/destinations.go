@@ -45,13 +45,35 @@ func tlsConfig(t *config.TLS) (*tls.Config, error) {
 	return tc, nil
 }
 
+// destinationConcurrency is the destinations' own concurrency caps, where
+// set (relay.Options.DestinationConcurrency).
+func destinationConcurrency(cfg *config.Config) map[string]int {
+	out := map[string]int{}
+	for name, d := range cfg.Destinations {
+		if d.Concurrency > 0 {
+			out[name] = d.Concurrency
+		}
+	}
+	return out
+}
+
+// hardConcurrency is the most rows in flight to destination d: its own
+// concurrency, else relay.concurrency, else relay.maxInflight. The engine's
+// adaptive limit stays at or below it.
+func hardConcurrency(cfg *config.Config, d config.Destination) int {
+	switch {
+	case d.Concurrency > 0:
+		return d.Concurrency
+	case cfg.Relay.Concurrency > 0:
+		return cfg.Relay.Concurrency
+	}
+	return cfg.Relay.MaxInflight
+}
+
 // openDestination builds the destination of one config entry: an explicit
 // switch on its type, the only place that knows the concrete adapters.
 func openDestination(ctx context.Context, name string, d config.Destination, cfg *config.Config, log *slog.Logger) (destination.Destination, error) {
-	concurrency := d.Concurrency
-	if concurrency <= 0 {
-		concurrency = cfg.Relay.Concurrency
-	}
+	concurrency := hardConcurrency(cfg, d)
 	tc, err := tlsConfig(d.TLS)
 	if err != nil {
 		return nil, err

@@ -143,12 +143,14 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 	// asks the dialect for what it can do beyond dialect.Dialect
 	// (dialect.BatchCommitter in lock mode), which a wrapper would hide.
 	rt.engine, err = relay.New(rt.db.Dialect, rt.router, rt.dests, relay.Options{
-		BatchSize:       cfg.Relay.BatchSize,
-		InflightBatches: cfg.Relay.InflightBatches,
-		PollInterval:    cfg.Relay.PollInterval.D(),
-		MaxPollInterval: cfg.Relay.MaxPollInterval.D(),
-		Lease:           cfg.Relay.Lease.D(),
-		MaxAttempts:     cfg.Relay.MaxAttempts,
+		BatchSize:              cfg.Relay.BatchSize,
+		MaxInflight:            cfg.Relay.MaxInflight,
+		Concurrency:            cfg.Relay.Concurrency,
+		DestinationConcurrency: destinationConcurrency(cfg),
+		PollInterval:           cfg.Relay.PollInterval.D(),
+		MaxPollInterval:        cfg.Relay.MaxPollInterval.D(),
+		Lease:                  cfg.Relay.Lease.D(),
+		MaxAttempts:            cfg.Relay.MaxAttempts,
 		Backoff: relay.Backoff{
 			Base:   cfg.Relay.Backoff.Base.D(),
 			Max:    cfg.Relay.Backoff.Max.D(),
@@ -288,7 +290,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	log.Info("relay started", "table", cfg.Database.OutboxTable, "destinations", len(rt.dests), "routes", len(cfg.Routes),
-		"batch_size", cfg.Relay.BatchSize, "inflight_batches", cfg.Relay.InflightBatches, "lease", cfg.Relay.Lease.D())
+		"batch_size", cfg.Relay.BatchSize, "max_inflight", cfg.Relay.MaxInflight, "lease", cfg.Relay.Lease.D())
 	go rt.refreshBacklog(ctx)
 	if p, ok := rt.db.Dialect.(dialect.Purger); ok && (cfg.Retention.Sent.MaxAge > 0 || cfg.Retention.Dead.MaxAge > 0) {
 		go relay.RunRetention(ctx, p, relay.RetentionOptions{

@@ -198,12 +198,6 @@ type RelayRun struct {
 	// touches (performance.md, lesson 35).
 	PageFaultsPerRow   float64 `json:"pageFaultsPerRow"`
 	DBPageFaultsPerRow float64 `json:"databasePageFaultsPerRow"`
-	// WorkersHalved and WorkersRaised count, over the replicas, the times
-	// a replica halved or doubled the workers that claim during the drain
-	// (relay/share.go: its claims queued for a claim turn saturated by the
-	// other replicas, or no longer did).
-	WorkersHalved int64 `json:"claimWorkersHalved"`
-	WorkersRaised int64 `json:"claimWorkersRaised"`
 }
 
 // Latency is commit-to-ack at a fixed offered load.
@@ -492,9 +486,6 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 				if rr.RowsPerClaim > 0 {
 					perClaim = fmt.Sprintf("  %.1f rows/claim", rr.RowsPerClaim)
 				}
-				if rr.WorkersHalved+rr.WorkersRaised > 0 {
-					perClaim += fmt.Sprintf("  claim workers halved %d× raised %d×", rr.WorkersHalved, rr.WorkersRaised)
-				}
 				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  cs %.1f/row  pf %.2f/row (db %.2f)  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
 					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.HostCPUPer10k, rr.HostBusyPct, rr.StealPct, rr.SwitchesPerRow, rr.PageFaultsPerRow, rr.DBPageFaultsPerRow, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
 				if steal := max(rr.StealPct, br.steal); steal > stealWarnPercent {
@@ -661,9 +652,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	rr.DrainSeconds = doneAt.Sub(start).Seconds()
 	rr.RowsPerSec = float64(o.Rows) / rr.DrainSeconds
 	var cpu time.Duration
-	for i, r := range reps {
-		rr.WorkersHalved += r.fewer.Load()
-		rr.WorkersRaised += r.more.Load()
+	for i := range reps {
 		cpu += after[i].cpu - before[i].cpu
 		rr.PeakRSSMiB = max(rr.PeakRSSMiB, float64(after[i].hwmKiB)/1024)
 	}

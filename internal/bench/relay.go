@@ -12,11 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/queuebox/queuebox/relay"
 )
 
 // replica is one `queuebox run` process.
@@ -29,11 +26,6 @@ type replica struct {
 
 	mu   sync.Mutex
 	tail []string // last lines of its log, for errors
-
-	// fewer and more count the log lines of the claiming workers halved
-	// and doubled (relay/share.go): a claim turn saturated by several
-	// replicas, and room on it again.
-	fewer, more atomic.Int64
 }
 
 // relayConfig is the YAML of one relay run.
@@ -201,10 +193,6 @@ func (r *replica) scan(stderr interface{ Read([]byte) (int, error) }) {
 		switch {
 		case strings.Contains(line, "relay started"):
 			once.Do(func() { r.startAt = time.Now(); close(r.started) })
-		case strings.Contains(line, relay.LogFewerWorkers):
-			r.fewer.Add(1)
-		case strings.Contains(line, relay.LogMoreWorkers):
-			r.more.Add(1)
 		}
 		r.mu.Lock()
 		r.tail = append(r.tail, line)
