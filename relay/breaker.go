@@ -79,7 +79,7 @@ type breaker struct {
 	openFor     time.Duration
 	openUntil   time.Time
 	probing     bool
-	lastSuccess time.Time
+	lastAnswer  time.Time
 	// full is the limit named by the answer that opened the breaker, when
 	// the destination is full rather than down; pause is the next pause.
 	full  string
@@ -205,20 +205,21 @@ func (b *breaker) fullAnswer(err error) (wait time.Duration, paused bool) {
 	return wait, true
 }
 
-// succeeded notes a row the destination accepted: the next pause for room
+// answered notes a row the destination answered (took, or refused for a
+// reason of the row's own): it is up and has room; the next pause for room
 // starts again from fullFor. (The publish's record closes the breaker.)
-func (b *breaker) succeeded() {
+func (b *breaker) answered() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.lastSuccess = b.now()
+	b.lastAnswer = b.now()
 	b.pause = fullFor
 }
 
-// noSuccessSince reports whether no row was accepted since t.
-func (b *breaker) noSuccessSince(t time.Time) bool {
+// noAnswerSince reports whether the destination answered no row since t.
+func (b *breaker) noAnswerSince(t time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.lastSuccess.Before(t)
+	return b.lastAnswer.Before(t)
 }
 
 // abandon ends a publish that allow let through without an outcome (cut

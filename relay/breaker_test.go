@@ -215,7 +215,7 @@ func TestBreakerPausesAFullDestination(t *testing.T) {
 	// An accepted row resets the pause.
 	now = now.Add(time.Hour)
 	b.allow()
-	b.succeeded()
+	b.answered()
 	if wait, _ := b.fullAnswer(full); wait != time.Second {
 		t.Fatalf("full answer after a success: pause %v, want 1s again", wait)
 	}
@@ -224,7 +224,7 @@ func TestBreakerPausesAFullDestination(t *testing.T) {
 	// later is a destination down, not full.
 	now = now.Add(time.Hour)
 	b.allow()
-	b.succeeded()
+	b.answered()
 	if from, to := b.record(false); from != BreakerHalfOpen || to != BreakerClosed {
 		t.Fatalf("probe through: %v -> %v, want half-open -> closed", from, to)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,6 +21,13 @@ func (e *Engine) claimLoop(ctx context.Context) {
 	empty := 0     // consecutive claims that found nothing
 	armed := false // the wake was just armed: the next claim must run
 	for ctx.Err() == nil {
+		if d := e.pausedFor(); d > 0 {
+			// A lock-mode claim did not commit: its rows are due again at
+			// once, and claiming them again without a pause would repeat
+			// whatever failed as fast as it fails.
+			sleepCtx(ctx, d)
+			continue
+		}
 		free := e.opt.MaxInflight - int(e.inflight.Load())
 		if free < e.minClaim() {
 			// The budget is taken: a settlement frees it.
@@ -54,12 +62,18 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		if got > 0 {
 			pause = e.dispatch(ctx, c)
 		}
-		again := e.sweeper != nil && sw.claimed(from, limit, got, res.More, res.Next)
+		by := e.blockerOf(res.Blockers)
+		again := e.sweeper != nil && sw.claimed(from, limit, got, res.More, res.Next, by)
+		if got < limit && e.log.Enabled(ctx, slog.LevelDebug) {
+			e.log.Debug("claim took fewer rows than asked", "from", from, "asked", limit, "got", got, "more", res.More, "next", res.Next,
+				"blockers", res.Blockers, "settling_here", by == blockedByMine, "again", again)
+		}
 		if pause > 0 {
 			// Every row of the claim went to a destination that is down
 			// or full: claiming again at once would take the same rows on
-			// a table that cannot hold them back (no scheduledAt).
-			e.waitChange(ctx, nil, pause)
+			// a table that cannot hold them back (no scheduledAt). Their
+			// settlement must not end the pause.
+			sleepCtx(ctx, pause)
 		}
 		switch {
 		case got >= limit || again:
@@ -96,6 +110,41 @@ func (e *Engine) claimLoop(ctx context.Context) {
 			empty = 0 // woken: new rows may be ready
 		}
 	}
+}
+
+// blockerOf classifies what holds a claim's window, from the keys of its
+// first unclaimed rows: this relay's own rows, when one of them is on its
+// way to settling (the window yields again when it does).
+func (e *Engine) blockerOf(keys []string) blocker {
+	if len(keys) == 0 {
+		return blockedByNothing
+	}
+	for _, k := range keys {
+		if e.keys.settlingSoon(k) {
+			return blockedByMine
+		}
+	}
+	return blockedByOther
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// pauseClaims keeps the claimer from claiming for d.
+func (e *Engine) pauseClaims(d time.Duration) {
+	e.pauseUntil.Store(time.Now().Add(d).UnixNano())
+}
+
+// pausedFor is how long the claimer must still wait (pauseClaims).
+func (e *Engine) pausedFor() time.Duration {
+	return time.Until(time.Unix(0, e.pauseUntil.Load()))
 }
 
 // minClaim is the least free budget worth a claim: half a batch, so that a
@@ -181,6 +230,7 @@ func (e *Engine) claim(ctx context.Context, limit int, from int64, poll bool) (*
 	if len(res.Messages) > 0 {
 		e.inflight.Add(int64(len(res.Messages)))
 		e.claims.add(c)
+		e.keys.add(res.Messages, start)
 	}
 	return c, res, nil
 }

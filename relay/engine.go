@@ -150,12 +150,14 @@ type Engine struct {
 	// claims only while it is below MaxInflight.
 	inflight atomic.Int64
 	claims   *claimSet
+	keys     keySet // keys with a row in flight here
 	settler  *settler
 
 	// changed is signalled when rows are settled: their keys and their
 	// share of the budget are free, and the claimer may claim again.
 	changed chan struct{}
 
+	pauseUntil atomic.Int64  // unix ns: no claim before (pauseClaims)
 	armFailing atomic.Bool   // Options.Arm failed last time (logged once)
 	claimFails claimFailures // the log of failed claims
 	wakeMu     sync.Mutex
@@ -177,6 +179,7 @@ func New(db dialect.Dialect, r Router, dests map[string]destination.Destination,
 		obs:     opt.Observer,
 		lanes:   make(map[string]*lane, len(dests)),
 		claims:  newClaimSet(),
+		keys:    keySet{m: map[string]keyRows{}},
 		changed: make(chan struct{}, 1),
 		wakeCh:  make(chan struct{}),
 	}

@@ -271,8 +271,8 @@ func (l *lane) publish(parent context.Context, p part) {
 		err = l.dest.Publish(ctx, msgs)
 		errs := make([]error, len(msgs))
 		for i := range msgs {
-			if errs[i] = destination.ErrorAt(err, i); errs[i] == nil {
-				l.breaker.succeeded()
+			if errs[i] = destination.ErrorAt(err, i); answered(errs[i]) {
+				l.breaker.answered()
 			}
 		}
 		for i := range msgs {
@@ -280,24 +280,29 @@ func (l *lane) publish(parent context.Context, p part) {
 		}
 	}
 	l.e.obs.Published(l.name, len(msgs), time.Since(start), err)
-	if ctx.Err() != nil && parent.Err() != nil {
-		l.breaker.abandon() // cut short by shutdown: says nothing of the destination
+	if ctx.Err() != nil {
+		// Cut short (shutdown, or the claim's lease was lost): says
+		// nothing of the destination.
+		l.breaker.abandon()
 		return
 	}
-	l.recordBreaker(unavailable == len(msgs) && l.breaker.noSuccessSince(start))
+	l.recordBreaker(unavailable == len(msgs) && l.breaker.noAnswerSince(start))
 }
 
 // classify turns a row's answer into its outcome. A row that failed
 // because the destination is down (outbox.Unavailable) waits without
-// spending an attempt, unless another row reached the destination while it
-// was out: then the destination is up, and the failure is the row's. A row
+// spending an attempt, unless the destination answered another row while
+// it was out (took it, or refused it for a reason of its own): then the
+// destination is up, and the failure is the row's. A row
 // the destination has no room for (outbox.NoRoom) waits, and the
 // destination pauses.
 func (l *lane) classify(ctx context.Context, p part, i int, err error, start time.Time) outcome {
 	o := outcome{claim: p.claim, msg: p.msgs[i], dest: l.name, err: err}
+	if answered(err) {
+		l.breaker.answered()
+	}
 	switch {
 	case err == nil:
-		l.breaker.succeeded()
 	case ctx.Err() != nil && !outbox.IsPermanent(err):
 		// Cut short: the lease was lost, or the shutdown deadline passed.
 		o.cut = true
@@ -314,10 +319,16 @@ func (l *lane) classify(ctx context.Context, p part, i int, err error, start tim
 		if _, ok := outbox.RetryDelay(err); !ok {
 			o.err = outbox.RetryAfter(err, wait)
 		}
-	case outbox.IsUnavailable(err) && l.breaker.noSuccessSince(start):
+	case outbox.IsUnavailable(err) && l.breaker.noAnswerSince(start):
 		o.deferred = true
 	}
 	return o
+}
+
+// answered reports whether err (nil: accepted) says the destination is up:
+// it took the row, or refused it for a reason of the row's own.
+func answered(err error) bool {
+	return err == nil || (!outbox.IsUnavailable(err) && !outbox.IsNoRoom(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded))
 }
 
 // congestion reports whether err says the destination struggles: the

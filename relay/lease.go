@@ -228,3 +228,75 @@ func (e *Engine) confirmLease(ctx context.Context, c *claim) bool {
 	c.mu.Unlock()
 	return true
 }
+
+// keySet counts the rows in flight per key, and since when each key has
+// had one.
+type keySet struct {
+	mu sync.Mutex
+	m  map[string]keyRows
+	// settle is a moving average of the time from a claim to the
+	// settlement of its rows: how long a key usually stays in flight.
+	settle time.Duration
+}
+
+type keyRows struct {
+	n     int
+	since time.Time
+}
+
+func (k *keySet) add(msgs []outbox.Message, at time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range msgs {
+		if key := msgs[i].Key; key != "" {
+			r := k.m[key]
+			if r.n == 0 {
+				r.since = at
+			}
+			r.n++
+			k.m[key] = r
+		}
+	}
+}
+
+// remove ends the rows of outcomes, claimed at claimed.
+func (k *keySet) remove(outcomes []outcome, claimed time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if d := time.Since(claimed); k.settle == 0 {
+		k.settle = d
+	} else {
+		k.settle += (d - k.settle) / 16
+	}
+	for _, o := range outcomes {
+		key := o.msg.Key
+		if key == "" {
+			continue
+		}
+		if r := k.m[key]; r.n <= 1 {
+			delete(k.m, key)
+		} else {
+			r.n--
+			k.m[key] = r
+		}
+	}
+}
+
+// patience bounds how long a key in flight here is taken to be on its
+// way to settling soon: four times the usual, from 50 ms to 2 s.
+func (k *keySet) patience() time.Duration {
+	return min(max(4*k.settle, 50*time.Millisecond), 2*time.Second)
+}
+
+// settlingSoon reports whether key has a row in flight here that is not
+// overdue: the window it holds frees itself shortly. A key whose row has
+// been out longer than usual (a slow receiver, a slow key) is not.
+func (k *keySet) settlingSoon(key string) bool {
+	if key == "" {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r := k.m[key]
+	return r.n > 0 && time.Since(r.since) < k.patience()
+}

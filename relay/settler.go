@@ -167,10 +167,12 @@ func (e *Engine) settleClaim(c *claim, outcomes []outcome) {
 		if err != nil {
 			e.log.Error("batch not committed: its rows stay pending and are delivered again (same ids)", "token", c.token, "rows", len(c.msgs), "err", err)
 			committed = false
+			e.pauseClaims(min(max(e.opt.Backoff.Base, e.opt.PollInterval), e.opt.MaxPollInterval))
 		}
 	}
 	open := c.open.Add(-int64(len(outcomes)))
 	c.writeMu.Unlock()
+	e.keys.remove(outcomes, c.sent)
 	report(committed)
 	if open <= 0 {
 		e.claims.remove(c)

@@ -18,12 +18,16 @@ import "time"
 // then (frontEvery, growing while the front stays blocked), and when the
 // sweep reaches the end of the backlog.
 //
-// A sweep finds nothing when the rows past the window are blocked too: the
-// next rows of keys whose heads are all in flight, the usual state of a
-// keyed backlog with fewer keys than rows in flight. After maxBarren such
-// claims in a row the sweep stops and rests (restMin, doubling up to
-// restMax), so that a backlog with nothing ready costs a few windows per
-// rest, not a walk at every claim.
+// A window whose first unclaimed row belongs to a key this relay has in
+// flight frees itself as this relay settles: the claimer waits for that
+// instead of moving on (keys interleave: the windows past it hold the same
+// keys' later rows). A sweep still finds nothing when the rows past the
+// window are blocked too (the next rows of keys whose heads are all in
+// flight with other relays).
+// After maxBarren such claims in a row it stops and rests (restMin,
+// doubling up to restMax; a sweep that finds rows halves the rest), so that
+// a backlog with nothing ready costs a few windows per rest, not a walk at
+// every claim.
 type sweep struct {
 	now func() time.Time
 
@@ -43,8 +47,8 @@ const (
 	frontEveryMin = 250 * time.Millisecond
 	frontEveryMax = 4 * time.Second
 	maxBarren     = 2
-	restMin       = time.Second
-	restMax       = 30 * time.Second
+	restMin       = 250 * time.Millisecond
+	restMax       = 2 * time.Second
 )
 
 func newSweep() *sweep {
@@ -62,12 +66,28 @@ func (s *sweep) next() int64 {
 	return 0
 }
 
+// blocker says what holds a window that yielded fewer rows than asked.
+type blocker int
+
+const (
+	// blockedByNothing: no due row of the window is left unclaimed (or the
+	// dialect does not say): the window is spent.
+	blockedByNothing blocker = iota
+	// blockedByMine: a key with a row in flight here, out for no longer
+	// than usual. The window frees itself as this relay settles.
+	blockedByMine
+	// blockedByOther: a key with no row in flight here (held by another
+	// relay, or one that died; waiting out a backoff; held dead), or one
+	// whose row here is overdue (a slow receiver).
+	blockedByOther
+)
+
 // claimed records a claim whose window started at from (0: the front) and
 // took got of asked rows; more and next are what it said of the rows past
-// its window. It reports whether the claimer should claim again at once
-// (rows may be ready past the window) rather than wait for rows in flight
-// to settle.
-func (s *sweep) claimed(from int64, asked, got int, more bool, next int64) (again bool) {
+// its window, and by what holds its window. It reports whether the claimer
+// should claim again at once (rows may be ready past the window) rather
+// than wait for rows in flight to settle.
+func (s *sweep) claimed(from int64, asked, got int, more bool, next int64, by blocker) (again bool) {
 	now := s.now()
 	atFront := from == 0
 	switch {
@@ -78,8 +98,18 @@ func (s *sweep) claimed(from int64, asked, got int, more bool, next int64) (agai
 		}
 		s.barren = 0
 		return true
+	case by == blockedByMine:
+		// The next rows of this window are those of keys this relay is
+		// delivering: they become heads as it settles. Keys interleave,
+		// so the windows past it hold their later rows, no readier.
+		s.barren = 0
+		if atFront {
+			s.from, s.frontGap = 0, frontEveryMin // the front is this relay's own
+		}
+		return false
 	case !more:
-		// Nothing due lies past this window: the backlog ends here.
+		// Nothing due lies past this window: the backlog ends here; what
+		// is left is at the front.
 		s.from, s.barren = 0, 0
 		return false
 	case atFront:
@@ -96,14 +126,14 @@ func (s *sweep) claimed(from int64, asked, got int, more bool, next int64) (agai
 		s.barren++
 		if s.barren >= maxBarren {
 			// Nothing ready past the front either: the rows in flight
-			// hold the keys. Rest before looking again.
+			// elsewhere hold the keys. Rest before looking again.
 			s.from, s.barren = 0, 0
 			s.restAt = now.Add(s.rest)
 			s.rest = min(2*s.rest, restMax)
 			return false
 		}
 	default:
-		s.barren, s.rest = 0, restMin
+		s.barren, s.rest = 0, max(s.rest/2, restMin)
 	}
 	s.from = next
 	return true
