@@ -51,18 +51,25 @@ type ClaimParams struct {
 	Lease time.Duration // lease length from the database's now()
 	// Window bounds the candidate scan: when positive, only pending rows
 	// whose sequence lies in [start, start + Window) are considered, where
-	// start is the sequence of the first due pending row, or From when set.
+	// start is the sequence of the first due pending row at or after From
+	// whose key is not in Skip.
 	// A claim that finds every row of its window unclaimable (keys held by
 	// batches in flight, waiting out a backoff, held dead) gives up after
 	// about Window rows instead of walking the whole backlog. 0 considers
 	// every pending row. A dialect that cannot bound its scan may ignore
 	// Window and From (the result is then a superset, never wrong).
 	Window int
-	// From, when not 0, starts a windowed claim's window at that sequence
-	// instead of at the first due pending row: the engine sets it to the
-	// Next of an earlier claim to look past rows that cannot be claimed now
-	// (Sweeper).
+	// From, when not 0, is the lowest sequence a windowed claim's window
+	// may start at: the engine sets it past rows that cannot be claimed now
+	// (Sweeper). 0 is the front of the table.
 	From int64
+	// Skip are keys whose rows a windowed claim's window does not start
+	// at, nor its next window (Claimed.Next): keys the engine saw holding
+	// windows it cannot claim now (a head under a dead relay's lease, a
+	// backoff, a held dead row, a row out long at a slow receiver), whose
+	// later rows would only fill the windows. Their rows inside a window
+	// are still claimed when they are heads. A dialect may ignore it.
+	Skip []string
 	// Poll marks a claim with no sign of ready rows (the caller's last
 	// claim found nothing and nothing woke it). Where claims take turns
 	// across relays and another claim holds the turn, a dialect may return
@@ -77,12 +84,20 @@ type ClaimParams struct {
 // Claimed is what Sweeper.ClaimNext returns.
 type Claimed struct {
 	Messages []outbox.Message
+	// Start is where the claim's window started (0 with More false: no
+	// due row at or after From).
+	Start int64
 	// Next is the sequence of the first due pending row at or past the
 	// end of the claim's window, where the next window would start; More
 	// is false when no due pending row lies past the window (or the claim
 	// had none).
 	Next int64
 	More bool
+	// Blockers are the keys of the first due pending rows of the window
+	// that the claim did not take, when it took fewer rows than asked (a
+	// few, in sequence order): what holds the window. Empty when unknown or
+	// none.
+	Blockers []string
 }
 
 // Sweeper is what a dialect whose claim honours Window and From offers

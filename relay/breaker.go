@@ -73,13 +73,13 @@ type breaker struct {
 	opt BreakerOptions
 	now func() time.Time
 
-	mu          sync.Mutex
-	state       BreakerState
-	failures    int
-	openFor     time.Duration
-	openUntil   time.Time
-	probing     bool
-	lastAnswer  time.Time
+	mu         sync.Mutex
+	state      BreakerState
+	failures   int
+	openFor    time.Duration
+	openUntil  time.Time
+	probing    bool
+	lastAnswer time.Time
 	// full is the limit named by the answer that opened the breaker, when
 	// the destination is full rather than down; pause is the next pause.
 	full  string

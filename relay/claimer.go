@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,14 +36,15 @@ func (e *Engine) claimLoop(ctx context.Context) {
 			continue
 		}
 		limit := min(e.opt.BatchSize, free)
-		from := sw.next()
+		sw.prune(func(k string) bool { return !e.keys.holds(k) })
+		w := sw.next()
 		wake := e.wakeChan()
 		// A claim right after a fresh arming is not a poll: a poll may skip
 		// while another relay claims, and this one must see the rows of
 		// producers that did not notify.
 		poll := empty > 0 && !armed
 		armed = false
-		c, res, err := e.claim(ctx, limit, from, poll)
+		c, res, err := e.claim(ctx, limit, w, poll)
 		if errors.Is(err, dialect.ErrClaimTurnBusy) {
 			err = nil // a skipped poll: it ran nothing and found nothing
 		}
@@ -62,11 +64,11 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		if got > 0 {
 			pause = e.dispatch(ctx, c)
 		}
-		by := e.blockerOf(res.Blockers)
-		again := e.sweeper != nil && sw.claimed(from, limit, got, res.More, res.Next, by)
+		by := e.blockersOf(res.Blockers, w.skip)
+		again := e.sweeper != nil && sw.claimed(w, limit, got, res.Start, res.More, res.Next, by)
 		if got < limit && e.log.Enabled(ctx, slog.LevelDebug) {
-			e.log.Debug("claim took fewer rows than asked", "from", from, "asked", limit, "got", got, "more", res.More, "next", res.Next,
-				"blockers", res.Blockers, "settling_here", by == blockedByMine, "again", again)
+			e.log.Debug("claim took fewer rows than asked", "from", w.from, "skip", len(w.skip), "asked", limit, "got", got,
+				"start", res.Start, "more", res.More, "next", res.Next, "settling_here", by.settling, "blocked_by", by.others, "again", again)
 		}
 		if pause > 0 {
 			// Every row of the claim went to a destination that is down
@@ -112,19 +114,25 @@ func (e *Engine) claimLoop(ctx context.Context) {
 	}
 }
 
-// blockerOf classifies what holds a claim's window, from the keys of its
-// first unclaimed rows: this relay's own rows, when one of them is on its
-// way to settling (the window yields again when it does).
-func (e *Engine) blockerOf(keys []string) blocker {
-	if len(keys) == 0 {
-		return blockedByNothing
-	}
+// blockersOf sorts the keys of a window's first unclaimed rows (skip: the
+// keys the claim was told to skip, left out).
+func (e *Engine) blockersOf(keys, skip []string) blockers {
+	var by blockers
 	for _, k := range keys {
-		if e.keys.settlingSoon(k) {
-			return blockedByMine
+		if slices.Contains(skip, k) || slices.Contains(by.others, k) {
+			continue
+		}
+		switch held, soon := e.keys.state(k); {
+		case soon:
+			by.settling = true
+		case held:
+			by.others = append(by.others, k)
+			by.overdue = append(by.overdue, k)
+		default:
+			by.others = append(by.others, k)
 		}
 	}
-	return blockedByOther
+	return by
 }
 
 // sleepCtx waits d or until ctx ends.
@@ -197,8 +205,8 @@ func (e *Engine) idleWait(empty int) time.Duration {
 }
 
 // claim runs one claim statement of up to limit rows whose window starts at
-// from (0: the front) and registers the claim's rows as in flight.
-func (e *Engine) claim(ctx context.Context, limit int, from int64, poll bool) (*claim, dialect.Claimed, error) {
+// w and registers the claim's rows as in flight.
+func (e *Engine) claim(ctx context.Context, limit int, w window, poll bool) (*claim, dialect.Claimed, error) {
 	token := uuid.NewString()
 	start := time.Now()
 	// The claim is not cancelled by shutdown: a claim the server committed
@@ -211,7 +219,7 @@ func (e *Engine) claim(ctx context.Context, limit int, from int64, poll bool) (*
 	var res dialect.Claimed
 	var err error
 	if e.sweeper != nil {
-		p.Window, p.From = windowSize(e.opt.BatchSize), from
+		p.Window, p.From, p.Skip = windowSize(e.opt.BatchSize), w.from, w.skip
 		res, err = e.sweeper.ClaimNext(claimCtx, p)
 	} else {
 		res.Messages, err = e.db.Claim(claimCtx, p)
@@ -220,7 +228,7 @@ func (e *Engine) claim(ctx context.Context, limit int, from int64, poll bool) (*
 		return nil, res, err
 	}
 	e.obs.Claimed(len(res.Messages), limit, time.Since(start), err)
-	if from != 0 && err == nil {
+	if !w.front() && err == nil {
 		e.obs.ClaimedPastFront(len(res.Messages))
 	}
 	if err != nil {

@@ -283,20 +283,27 @@ func (k *keySet) remove(outcomes []outcome, claimed time.Time) {
 }
 
 // patience bounds how long a key in flight here is taken to be on its
-// way to settling soon: four times the usual, from 50 ms to 2 s.
+// way to settling soon: eight times the usual, from 250 ms to 2 s.
 func (k *keySet) patience() time.Duration {
-	return min(max(4*k.settle, 50*time.Millisecond), 2*time.Second)
+	return min(max(8*k.settle, 250*time.Millisecond), 2*time.Second)
 }
 
-// settlingSoon reports whether key has a row in flight here that is not
-// overdue: the window it holds frees itself shortly. A key whose row has
-// been out longer than usual (a slow receiver, a slow key) is not.
-func (k *keySet) settlingSoon(key string) bool {
+// state reports whether key has a row in flight here (held), and whether
+// that row is not overdue (soon): the window it holds frees itself
+// shortly. A key whose row has been out longer than usual (a slow
+// receiver, a slow key) is held, not soon.
+func (k *keySet) state(key string) (held, soon bool) {
 	if key == "" {
-		return false
+		return false, false
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r := k.m[key]
-	return r.n > 0 && time.Since(r.since) < k.patience()
+	return r.n > 0, r.n > 0 && time.Since(r.since) < k.patience()
+}
+
+// holds reports whether key has a row in flight here.
+func (k *keySet) holds(key string) bool {
+	held, _ := k.state(key)
+	return held
 }

@@ -1,41 +1,61 @@
 package relay
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The claim window (dialect.ClaimParams.Window) bounds what one claim
-// reads: the window of windowSize sequence numbers from the first due
-// pending row. Rows that cannot be claimed now fill a window: the later
-// rows of a key whose head is in flight (under another relay's lease, or a
-// dead relay's until it expires), waits out a backoff, or is held dead. A
+// reads: windowSize sequence numbers from its start, the first due pending
+// row. Rows that cannot be claimed now fill a window: the later rows of a
+// key whose head is in flight (here, under another relay's lease, or a dead
+// relay's until it expires), waits out a backoff, or is held dead. A
 // window full of them yields nothing, while ready rows wait behind it.
 //
-// sweep decides where each claim's window starts. From the front, as long
-// as the front yields what is asked. When a window yields less while due
-// rows lie past it (dialect.Claimed.More), the next claim starts where the
-// claim said the next window begins (Claimed.Next), and so on past every
-// window of blocked rows: the rows behind a stuck key wait for a few
-// bounded claims, never for the key. Claims return to the front now and
-// then (frontEvery, growing while the front stays blocked), and when the
-// sweep reaches the end of the backlog.
+// sweep decides where each claim's window starts. A claim that takes fewer
+// rows than asked says what is left in its window: the keys of its first
+// unclaimed rows (dialect.Claimed.Blockers).
 //
-// A window whose first unclaimed row belongs to a key this relay has in
-// flight frees itself as this relay settles: the claimer waits for that
-// instead of moving on (keys interleave: the windows past it hold the same
-// keys' later rows). A sweep still finds nothing when the rows past the
-// window are blocked too (the next rows of keys whose heads are all in
-// flight with other relays).
-// After maxBarren such claims in a row it stops and rests (restMin,
-// doubling up to restMax; a sweep that finds rows halves the rest), so that
-// a backlog with nothing ready costs a few windows per rest, not a walk at
-// every claim.
+//   - Some of them are keys this relay has in flight, not overdue: the
+//     window yields again when they settle. The claimer waits for that.
+//     (Keys interleave: the windows past it hold the same keys' later
+//     rows, no readier.)
+//   - The others (another relay's keys, a dead relay's, a key waiting out a
+//     backoff, held dead, or overdue here at a slow receiver) go into the
+//     skip list (dialect.ClaimParams.Skip), and the next window starts at
+//     the first row of another key: the rows behind a stuck key wait for a
+//     claim or two, never for the key.
+//   - Nothing left but rows of skipped keys: the window is spent, and the
+//     next starts where the claim said (dialect.Claimed.Next).
+//
+// A skip list holds at most maxSkip keys; past that, the windows move on
+// one after the other. Claims look at the true front again (no skip list)
+// every frontEveryMin, less often while it stays blocked (up to
+// frontEveryMax), and when the backlog past the window ends, so that a key
+// that was blocked is noticed once it flows.
+//
+// Windows past the front find nothing when the keys there are all in
+// flight with other relays. After maxBarren such claims in a row the
+// claimer rests (restMin, doubling up to restMax; a claim that finds rows
+// halves the rest) before it looks past the front again: a backlog with
+// nothing ready costs a few windows per rest, not a walk at every claim.
+//
+// Windows move on (to Claimed.Next) only when what is left in them is
+// skipped or blocked; a window holding rows of keys this relay is about to
+// settle stays where it is. Rows that become heads behind a window that
+// moved on are found from the front, which every look at it starts from.
 type sweep struct {
 	now func() time.Time
 
-	from     int64     // where the next window starts; 0: the front
-	frontAt  time.Time // past the front, the next claim returns to it from then on
+	from int64    // the lowest start of the next window; 0: the front
+	skip []string // keys whose rows no window starts at
+	// overdue are the keys of skip that were in flight here, overdue, when
+	// they were added (a slow receiver): they leave the list once settled.
+	overdue  map[string]bool
+	frontAt  time.Time
 	frontGap time.Duration
-	barren   int       // claims past the front in a row that found nothing
-	restAt   time.Time // no sweep before then
+	barren   int // claims past the front in a row that found nothing
+	restAt   time.Time
 	rest     time.Duration
 }
 
@@ -44,8 +64,9 @@ const (
 	windowFactor = 4
 	windowMin    = 1000
 
+	maxSkip       = 32
 	frontEveryMin = 250 * time.Millisecond
-	frontEveryMax = 4 * time.Second
+	frontEveryMax = time.Second
 	maxBarren     = 2
 	restMin       = 250 * time.Millisecond
 	restMax       = 2 * time.Second
@@ -58,76 +79,89 @@ func newSweep() *sweep {
 // windowSize is the claim window for a batch size.
 func windowSize(batch int) int { return max(windowFactor*batch, windowMin) }
 
-// next returns where the next claim's window starts (0: the front).
-func (s *sweep) next() int64 {
-	if s.from != 0 && s.now().Before(s.frontAt) {
-		return s.from
-	}
-	return 0
+// window is where a claim's window starts: at or after from (0: the front
+// of the table), at a row of no key in skip.
+type window struct {
+	from int64
+	skip []string
 }
 
-// blocker says what holds a window that yielded fewer rows than asked.
-type blocker int
+func (w window) front() bool { return w.from == 0 && len(w.skip) == 0 }
 
-const (
-	// blockedByNothing: no due row of the window is left unclaimed (or the
-	// dialect does not say): the window is spent.
-	blockedByNothing blocker = iota
-	// blockedByMine: a key with a row in flight here, out for no longer
-	// than usual. The window frees itself as this relay settles.
-	blockedByMine
-	// blockedByOther: a key with no row in flight here (held by another
-	// relay, or one that died; waiting out a backoff; held dead), or one
-	// whose row here is overdue (a slow receiver).
-	blockedByOther
-)
-
-// claimed records a claim whose window started at from (0: the front) and
-// took got of asked rows; more and next are what it said of the rows past
-// its window, and by what holds its window. It reports whether the claimer
-// should claim again at once (rows may be ready past the window) rather
-// than wait for rows in flight to settle.
-func (s *sweep) claimed(from int64, asked, got int, more bool, next int64, by blocker) (again bool) {
+// next returns where the next claim's window starts.
+func (s *sweep) next() window {
 	now := s.now()
-	atFront := from == 0
+	if (s.from == 0 && len(s.skip) == 0) || !now.Before(s.frontAt) || now.Before(s.restAt) {
+		return window{}
+	}
+	return window{from: s.from, skip: s.skip}
+}
+
+// blockers sorts what holds a window: the keys of its first unclaimed rows
+// that this relay is about to settle (settling), and the other keys,
+// those of the skip list left out (others), of which overdue are in flight
+// here but out for longer than usual.
+type blockers struct {
+	settling bool
+	others   []string
+	overdue  []string
+}
+
+// claimed records a claim at window w that took got of asked rows; start,
+// more and next are what it said of its window and the rows past it (where
+// it started; whether due rows lie past it, and where the first of them
+// is), and by what holds it. It reports whether the claimer should claim
+// again at once rather than wait for rows in flight to settle.
+func (s *sweep) claimed(w window, asked, got int, start int64, more bool, next int64, by blockers) (again bool) {
+	now := s.now()
 	switch {
 	case got >= asked:
 		// This window still has ready rows.
-		if atFront {
-			s.from, s.frontGap = 0, frontEveryMin // the front flows again
+		if w.front() {
+			s.reset() // the front flows
+		} else {
+			s.from = start
 		}
 		s.barren = 0
 		return true
-	case by == blockedByMine:
-		// The next rows of this window are those of keys this relay is
-		// delivering: they become heads as it settles. Keys interleave,
-		// so the windows past it hold their later rows, no readier.
-		s.barren = 0
-		if atFront {
-			s.from, s.frontGap = 0, frontEveryMin // the front is this relay's own
+	case by.settling:
+		// Its next rows are heads once this relay settles the rows before.
+		if w.front() {
+			s.from, s.skip, s.overdue, s.frontGap = 0, nil, nil, frontEveryMin
+		} else {
+			s.from = start
 		}
+		s.barren = 0
 		return false
-	case !more:
-		// Nothing due lies past this window: the backlog ends here; what
-		// is left is at the front.
-		s.from, s.barren = 0, 0
+	case len(by.others) == 0 && !more:
+		// Nothing due lies past this window: what is left is at the front.
+		s.reset()
 		return false
-	case atFront:
+	case w.front():
 		if now.Before(s.restAt) {
 			return false
 		}
-		if s.from == 0 {
-			s.from = next // start a sweep past the blocked front
-		}
+		// From the front again, the skip list rebuilt: rows that became
+		// heads behind the windows past it are found there.
+		s.skip, s.overdue = s.skip[:0], nil
+		s.from = start
 		s.frontAt = now.Add(s.frontGap)
 		s.frontGap = min(2*s.frontGap, frontEveryMax)
+		if s.addSkip(by) {
+			return true
+		}
+		s.from = next // too many blocked keys to skip: move on
 		return true
-	case got == 0:
+	case s.addSkip(by):
+		// Keys that block this window and no other yet: skip them too.
+		s.from = start
+		return true
+	case got == 0 && len(by.others) > 0:
 		s.barren++
 		if s.barren >= maxBarren {
-			// Nothing ready past the front either: the rows in flight
-			// elsewhere hold the keys. Rest before looking again.
-			s.from, s.barren = 0, 0
+			// Nothing ready here either: other relays hold these keys.
+			// Rest before looking again.
+			s.from, s.barren = next, 0
 			s.restAt = now.Add(s.rest)
 			s.rest = min(2*s.rest, restMax)
 			return false
@@ -135,6 +169,56 @@ func (s *sweep) claimed(from int64, asked, got int, more bool, next int64, by bl
 	default:
 		s.barren, s.rest = 0, max(s.rest/2, restMin)
 	}
-	s.from = next
+	if !more {
+		s.reset()
+		return false
+	}
+	s.from = next // spent, or blocked past what the skip list holds
 	return true
+}
+
+// addSkip adds the other keys of by to the skip list while it has room,
+// and reports whether all of them are in it now and one at least was not
+// before.
+func (s *sweep) addSkip(by blockers) bool {
+	added := false
+	for _, k := range by.others {
+		if slices.Contains(s.skip, k) {
+			continue
+		}
+		if len(s.skip) >= maxSkip {
+			return false
+		}
+		s.skip = append(s.skip, k)
+		if slices.Contains(by.overdue, k) {
+			if s.overdue == nil {
+				s.overdue = map[string]bool{}
+			}
+			s.overdue[k] = true
+		}
+		added = true
+	}
+	return added
+}
+
+// prune drops from the skip list the keys that were overdue here and have
+// settled since (settled reports that): their next rows are heads now.
+func (s *sweep) prune(settled func(key string) bool) {
+	if len(s.overdue) == 0 {
+		return
+	}
+	s.skip = slices.DeleteFunc(s.skip, func(k string) bool {
+		if s.overdue[k] && settled(k) {
+			delete(s.overdue, k)
+			return true
+		}
+		return false
+	})
+}
+
+// reset returns claims to the true front, and forgets any rest: what made
+// claims past the front barren is over.
+func (s *sweep) reset() {
+	s.from, s.skip, s.overdue, s.frontGap = 0, nil, nil, frontEveryMin
+	s.barren, s.rest, s.restAt = 0, restMin, time.Time{}
 }

@@ -154,10 +154,7 @@ func (d *LockDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (dia
 	// planned at every execution with its parameter's value: a kept
 	// prepared statement would keep a plan made for an idle poll on an
 	// empty table (PlanEachExecution).
-	args := []any{pgx.QueryExecModeExec}
-	if shapeOf(p).sweep {
-		args = append(args, p.From)
-	}
+	args := append([]any{pgx.QueryExecModeExec}, d.claims.windowArgs(shapeOf(p), p)...)
 	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
 		return dialect.Claimed{}, interpretError("lock claim", err)

@@ -250,12 +250,10 @@ func (d *Dialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (dialect
 }
 
 // claimArgs are the bind parameters of claim.sql: the token, the lease and,
-// for a window past the front, where it starts.
-func claimArgs(p dialect.ClaimParams) []any {
-	if shapeOf(p).sweep {
-		return []any{p.Token, micros(p.Lease), p.From}
-	}
-	return []any{p.Token, micros(p.Lease)}
+// for a windowed claim, where its window starts and the keys to skip
+// (claimShapes.windowArgs).
+func (d *Dialect) claimArgs(p dialect.ClaimParams) []any {
+	return append([]any{p.Token, micros(p.Lease)}, d.claims.windowArgs(shapeOf(p), p)...)
 }
 
 func compareMessages(a, b outbox.Message) int {
@@ -272,7 +270,7 @@ func compareMessages(a, b outbox.Message) int {
 // turns: WithTableClaimTurns(false)); a claim with the table's turn is
 // turnClaim, a poll pollClaim.
 func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) (dialect.Claimed, error) {
-	rows, err := d.pool.Query(ctx, query, claimArgs(p)...)
+	rows, err := d.pool.Query(ctx, query, d.claimArgs(p)...)
 	// The statement's implicit transaction commits with its last message,
 	// which scanMessages reads (rows.Err reports a failed commit).
 	return claimedRows(rows, err, p, func() error { return nil })
@@ -313,7 +311,7 @@ func (d *Dialect) pollClaim(ctx context.Context, query string, p dialect.ClaimPa
 	if !free {
 		return dialect.Claimed{}, dialect.ErrClaimTurnBusy
 	}
-	rows, err := tx.Query(ctx, query, claimArgs(p)...)
+	rows, err := tx.Query(ctx, query, d.claimArgs(p)...)
 	return claimedRows(rows, err, p, func() error { return tx.Commit(ctx) })
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -400,7 +401,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 	token := "6f1c1a5e-0000-4000-8000-000000000001"
 	plans := map[string]string{
 		"claim":           explain("claim", token, int64(30e6)),
-		"claim#window":    explain("claim#window", token, int64(30e6)),
+		"claim#window":    explain("claim#window", token, int64(30e6), int64(math.MinInt64), []string{}),
 		"release_expired": explain("release_expired", 100),
 		"complete":        explain("complete", token, []string{token}),
 		// The operator queries on finished and pending rows (migration
@@ -438,7 +439,11 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan := explainPlan(t, ctx, pg.Pool, query, token, int64(30e6))
+		args := []any{token, int64(30e6)}
+		if shape.window > 0 {
+			args = append(args, int64(math.MinInt64), []string{})
+		}
+		plan := explainPlan(t, ctx, pg.Pool, query, args...)
 		if strings.Contains(plan, "Seq Scan on outbox") {
 			t.Errorf("%s (unique id) plan scans the whole table:\n%s", name, plan)
 		}
@@ -552,7 +557,7 @@ func TestClaimKeepsTheOrderedScan(t *testing.T) {
 		sweep  bool
 	}{{"lease", d.claims, false}, {"lock", lock.claims, false}, {"lease past the front", d.claims, true}, {"lock past the front", lock.claims, true}} {
 		name := tc.name
-		query, err := tc.shapes.sql(claimShape{limit: 100, window: 1000, sweep: tc.sweep})
+		query, err := tc.shapes.sql(claimShape{limit: 100, window: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -561,7 +566,9 @@ func TestClaimKeepsTheOrderedScan(t *testing.T) {
 			args = append(args, "6f1c1a5e-0000-4000-8000-000000000001", int64(30e6))
 		}
 		if tc.sweep {
-			args = append(args, int64(19000))
+			args = append(args, int64(19000), []string{"k7"})
+		} else {
+			args = append(args, int64(math.MinInt64), []string{})
 		}
 		plan := explainPlan(t, ctx, relayConn, query, args...)
 		if !strings.Contains(plan, "Index Scan using outbox_claim_idx on outbox c") || strings.Contains(plan, "Bitmap Heap Scan on outbox c") {
@@ -573,7 +580,7 @@ func TestClaimKeepsTheOrderedScan(t *testing.T) {
 // TestClaimShapes: the batch size and the window are literals of the
 // rendered claim (a generic plan and a custom one are the same), each shape
 // is rendered once, and only the token, the lease and (windowed) the
-// window's lowest start are parameters.
+// window's start and the keys to skip are parameters.
 func TestClaimShapes(t *testing.T) {
 	m := dialect.DefaultMapping()
 	c, err := newClaimShapes(sqlFiles, "sql/claim.sql", "$3", m, options{})
@@ -584,20 +591,13 @@ func TestClaimShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"LIMIT 250", "+ 4000::bigint", "$1", "$2::bigint"} {
+	for _, want := range []string{"LIMIT 250", "+ 4000::bigint", "$1", "$2::bigint", ">= $3::bigint", "ALL($4::text[])"} {
 		if !strings.Contains(windowed, want) {
 			t.Errorf("windowed claim lacks %q:\n%s", want, windowed)
 		}
 	}
-	if strings.Contains(windowed, "$3") {
-		t.Errorf("windowed claim from the front has more than two parameters:\n%s", windowed)
-	}
-	sweep, err := c.sql(claimShape{limit: 250, window: 4000, sweep: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(sweep, "$3::bigint + 4000::bigint") || strings.Contains(sweep, "$4") {
-		t.Errorf("windowed claim past the front does not take its start as the third parameter:\n%s", sweep)
+	if strings.Contains(windowed, "$5") {
+		t.Errorf("windowed claim has more than four parameters (token, lease, window start, skip list):\n%s", windowed)
 	}
 	full, err := c.sql(claimShape{limit: 250, window: 0})
 	if err != nil {

@@ -5,7 +5,10 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"math"
 	"path"
+	"strconv"
+	"strings"
 	"sync"
 	"text/template"
 
@@ -123,11 +126,10 @@ type renderData struct {
 	// literals in the SQL, not bind parameters; see claimShapes.
 	Limit  int
 	Window int
-	// Sweep renders a window that starts at From (dialect.ClaimParams.From)
-	// rather than at the first due pending row; From is its bind parameter
-	// ($3 in claim.sql, $1 in lock/claim.sql).
-	Sweep bool
-	From  string
+	// From and Skip are the bind parameters of a windowed claim's
+	// dialect.ClaimParams.From and Skip ($3 and $4 in claim.sql, $1 and $2
+	// in lock/claim.sql).
+	From, Skip string
 }
 
 // renderLimit is the LIMIT of the claim statements that Render and
@@ -140,17 +142,15 @@ const renderLimit = 100
 // when its in-flight budget is nearly full.
 const maxClaimShapes = 16
 
-// claimShape is what a rendered claim statement is made for: its LIMIT, its
-// window (0: unbounded), and whether the window starts at a given sequence
-// (dialect.ClaimParams.From) rather than at the front.
+// claimShape is what a rendered claim statement is made for: its LIMIT and
+// its window (0: unbounded).
 type claimShape struct {
 	limit, window int
-	sweep         bool
 }
 
 // shapeOf is the claim shape of p.
 func shapeOf(p dialect.ClaimParams) claimShape {
-	return claimShape{limit: p.Limit, window: max(p.Window, 0), sweep: p.Window > 0 && p.From != 0}
+	return claimShape{limit: p.Limit, window: max(p.Window, 0)}
 }
 
 // claimShapes renders a claim statement per shape (claimShape), once.
@@ -162,8 +162,9 @@ func shapeOf(p dialect.ClaimParams) claimShape {
 // (PlanEachExecution): a generic plan kept from when the table was empty is
 // the worse risk (docs/performance.md, lessons 8 and 21).
 type claimShapes struct {
-	tmpl *template.Template
-	data renderData
+	tmpl   *template.Template
+	data   renderData
+	hasKey bool // the table has a key column: windowed claims take the skip list
 
 	mu     sync.Mutex
 	shapes map[claimShape]renderedClaim
@@ -176,15 +177,17 @@ type renderedClaim struct {
 }
 
 // newClaimShapes parses the claim template file of fsys for m.
-// from is the bind parameter of dialect.ClaimParams.From in that file.
+// from is the bind parameter of dialect.ClaimParams.From in that file; the
+// skip list (ClaimParams.Skip) follows it.
 func newClaimShapes(fsys fs.FS, file, from string, m dialect.Mapping, o options) (*claimShapes, error) {
 	tmpl, err := parseFile(fsys, file, templateFuncs(m, o))
 	if err != nil {
 		return nil, err
 	}
 	data := renderDataFor(m, o)
-	data.From = from
-	c := &claimShapes{tmpl: tmpl, data: data, shapes: map[claimShape]renderedClaim{}}
+	n, _ := strconv.Atoi(strings.TrimPrefix(from, "$"))
+	data.From, data.Skip = from, "$"+strconv.Itoa(n+1)
+	c := &claimShapes{tmpl: tmpl, data: data, shapes: map[claimShape]renderedClaim{}, hasKey: m.Has("key")}
 	if _, err := c.sql(claimShape{limit: renderLimit, window: renderLimit}); err != nil { // fail at start, not at the first claim
 		return nil, err
 	}
@@ -204,14 +207,13 @@ func (c *claimShapes) sql(key claimShape) (string, error) {
 // ever new shapes cannot fill the connections with prepared statements.
 func (c *claimShapes) sqlKept(key claimShape) (renderedClaim, bool, error) {
 	key.window = max(key.window, 0)
-	key.sweep = key.sweep && key.window > 0
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r, ok := c.shapes[key]; ok {
 		return r, true, nil
 	}
 	d := c.data
-	d.Limit, d.Window, d.Sweep = key.limit, key.window, key.sweep
+	d.Limit, d.Window = key.limit, key.window
 	q, err := execute(c.tmpl, d)
 	if err != nil {
 		return renderedClaim{}, false, err
@@ -222,6 +224,29 @@ func (c *claimShapes) sqlKept(key claimShape) (renderedClaim, bool, error) {
 		c.shapes[key] = r
 	}
 	return r, kept, nil
+}
+
+// windowArgs are the bind parameters a windowed claim of shape key takes
+// after the claim's own: where its window may start at the earliest (the
+// lowest sequence for the front), and the skip list when the table has a
+// key column.
+func (c *claimShapes) windowArgs(key claimShape, p dialect.ClaimParams) []any {
+	if key.window == 0 {
+		return nil
+	}
+	from := p.From
+	if from == 0 {
+		from = math.MinInt64
+	}
+	args := []any{from}
+	if c.hasKey {
+		skip := p.Skip
+		if skip == nil {
+			skip = []string{}
+		}
+		args = append(args, skip)
+	}
+	return args
 }
 
 func newOptions(opts []Option) options {

@@ -35,8 +35,9 @@ func scanMessages(rows rowScanner, limit int) ([]outbox.Message, error) {
 }
 
 // scanClaim reads the rows of a claim statement rendered for p: with a
-// window, each row ends with the start of the next window, and a claim that
-// took nothing returns one row whose other columns are NULL.
+// window, each row ends with the start of the next window and the keys that
+// block this one, and a claim that took nothing returns one row whose other
+// columns are NULL.
 func scanClaim(rows rowScanner, p dialect.ClaimParams) (dialect.Claimed, error) {
 	return scanRows(rows, p.Limit, p.Window > 0)
 }
@@ -48,12 +49,13 @@ func scanRows(rows rowScanner, limit int, withNext bool) (dialect.Claimed, error
 		id, topic, key, aggregateType pgtype.Text
 		attempt, maxAttempts, seq     pgtype.Int8
 		createdAt, scheduledAt        nullTime
-		next                          pgtype.Int8
+		start, next                   pgtype.Int8
+		blockers                      []pgtype.Text
 	)
 	targets := []any{&id, &topic, &key, nil, nil, &aggregateType,
 		&attempt, &maxAttempts, &seq, &createdAt, &scheduledAt}
 	if withNext {
-		targets = append(targets, &next)
+		targets = append(targets, &start, &next, &blockers)
 	}
 	for rows.Next() {
 		var (
@@ -96,7 +98,13 @@ func scanRows(rows rowScanner, limit int, withNext bool) (dialect.Claimed, error
 		return dialect.Claimed{}, err
 	}
 	slices.SortFunc(msgs, compareMessages)
-	return dialect.Claimed{Messages: msgs, Next: next.Int64, More: next.Valid}, nil
+	c := dialect.Claimed{Messages: msgs, Start: start.Int64, Next: next.Int64, More: next.Valid}
+	for _, b := range blockers {
+		if b.Valid && b.String != "" {
+			c.Blockers = append(c.Blockers, b.String)
+		}
+	}
+	return c, nil
 }
 
 // rowScanner is what scanMessages reads: pgx.Rows, or turnRows.

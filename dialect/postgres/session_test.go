@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestPlansFollowTheTable(t *testing.T) {
 		// More executions than the five custom plans after which the
 		// server may settle on a generic one.
 		for i := 0; i < 8; i++ {
-			if _, err := conn.Exec(ctx, "claim", token, int64(30e6)); err != nil {
+			if _, err := conn.Exec(ctx, "claim", token, int64(30e6), int64(math.MinInt64), []string{}); err != nil {
 				t.Fatalf("claim on the empty table: %v", err)
 			}
 			if _, err := conn.Exec(ctx, "complete", token, []string{}); err != nil {
@@ -67,7 +68,7 @@ func TestPlansFollowTheTable(t *testing.T) {
 		t.Helper()
 		return explainPlan(t, ctx, conn, "EXECUTE "+stmt)
 	}
-	claimStmt := "claim('" + token + "', 30000000)"
+	claimStmt := "claim('" + token + "', 30000000, -9223372036854775808, '{}')"
 	completeStmt := "complete('" + token + "', ARRAY['" + token + "'])"
 
 	// The setup needs the control connection to keep its generic plan

@@ -103,8 +103,19 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 	pc := conn.PgConn()
 	fe := pc.Frontend()
 	params := [][]byte{[]byte(p.Token), strconv.AppendInt(nil, micros(p.Lease), 10)}
-	if shapeOf(p).sweep {
-		params = append(params, strconv.AppendInt(nil, p.From, 10))
+	for _, a := range d.claims.windowArgs(shapeOf(p), p) {
+		switch v := a.(type) {
+		case int64:
+			params = append(params, strconv.AppendInt(nil, v, 10))
+		case []string:
+			// A text[] literal, quoted by pgx's own encoder (keys are row
+			// data: any character).
+			b, err := conn.TypeMap().Encode(pgtype.TextArrayOID, pgtype.TextFormatCode, v, nil)
+			if err != nil {
+				return dialect.Claimed{}, fmt.Errorf("postgres: claim: skip list: %w", err)
+			}
+			params = append(params, b)
+		}
 	}
 	fe.SendBind(&pgproto3.Bind{
 		DestinationPortal: claimPortal, PreparedStatement: claim.Name,

@@ -28,11 +28,13 @@
 -- window (.Window) another, claim_window.tmpl.
 --
 -- .Window renders the windowed claim: it considers only the rows of a
--- window of .Window sequence numbers, from the first due pending row or,
--- with .Sweep, from a sequence given as the third parameter
--- (claim_window.tmpl). It answers, beside the rows it claimed, where the
--- next window would start: one more row when nothing was claimed, its
--- columns NULL but the last. The engine starts its next claim there when
+-- window of .Window sequence numbers that starts at the first due pending row
+-- at or after $3 whose key is not among the keys $4 (claim_window.tmpl). It
+-- answers, beside the rows it claimed, where its window started, where the
+-- next one would start, and the keys of the first rows of the window it did
+-- not take (windowBlockers): one more row when nothing was claimed, its
+-- columns NULL but those three. The engine moves the window past what
+-- blocks it when
 -- a window's rows cannot be claimed now (keys held by other batches,
 -- waiting out a backoff, or held dead), so that no such row keeps the rows
 -- behind it waiting (relay/sweep.go).
@@ -86,7 +88,9 @@ RETURNING o.{{ col "id" }}::text,
           {{ if has "scheduledAt" }}o.{{ col "scheduledAt" }}{{ else }}now(){{ end }}
 {{- if .Window }}
 )
-SELECT claimed.*, nx.next
-FROM (SELECT {{ template "nextWindow" . }} AS next) AS nx
+SELECT claimed.*, nx.start, nx.next, nx.blockers
+FROM (SELECT {{ template "windowStart" . }} AS start,
+             {{ template "nextWindow" . }} AS next,
+             {{ if has "key" }}{{ template "windowBlockers" . }}{{ else }}NULL::text[]{{ end }} AS blockers) AS nx
 LEFT JOIN claimed ON true
 {{- end }}

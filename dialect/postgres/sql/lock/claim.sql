@@ -14,14 +14,15 @@
 -- when its lock is taken, and is no longer pending.
 --
 -- .Window bounds the candidates as in claim.sql (claim_window.tmpl): a window
--- of .Window sequence numbers from the first due pending row or, with
--- .Sweep, from the sequence given as the only parameter. The windowed claim
--- also answers where the next window would start (one more row when nothing
--- was locked, its columns NULL but the last), so that the engine can look
--- past rows that cannot be claimed now.
+-- of .Window sequence numbers from the first due pending row at or after $1
+-- whose key is not among the keys $2. The windowed claim also answers where
+-- its window started and where the next would start (one more row when
+-- nothing was locked, its columns NULL but those), so that the engine can
+-- look past rows that cannot be claimed now.
 {{- if .Window }}
-SELECT claimed.*, nx.next
-FROM (SELECT {{ template "nextWindow" . }} AS next) AS nx
+SELECT claimed.*, nx.start, nx.next, NULL::text[] AS blockers
+FROM (SELECT {{ template "windowStart" . }} AS start,
+             {{ template "nextWindow" . }} AS next) AS nx
 LEFT JOIN (
 {{- end }}
 SELECT c.{{ col "id" }}::text,

@@ -1,0 +1,197 @@
+package faults
+
+// Isolation: one key's or one destination's trouble stays with it. These
+// scenarios measure the rate of the keys the trouble did not touch against
+// the same backlog without it, not only that everything arrives in the end.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queuebox/queuebox/internal/testenv"
+)
+
+// minIsolatedRate is the least rate of the untouched keys, as a share of
+// the rate of the same backlog without the trouble.
+const minIsolatedRate = 0.8
+
+// release makes every pending row of the world due at once and applies
+// trouble (an UPDATE or nothing) in the same transaction, and returns when
+// it committed: the rows were inserted held back (heldBack) so that the
+// relay meets the whole backlog at once, as after an outage.
+func release(t *testing.T, pool *pgxpool.Pool, trouble string) time.Time {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `UPDATE outbox SET scheduled_at = now() WHERE state = 'pending' AND scheduled_at > now()`); err != nil {
+		t.Fatal(err)
+	}
+	if trouble != "" {
+		if _, err := tx.Exec(ctx, trouble); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return time.Now()
+}
+
+// heldBack inserts n rows over keys keys (insert), scheduled an hour ahead
+// so that the running relay does not see them before release.
+func heldBack(t *testing.T, pool *pgxpool.Pool, n, keys int, topicOf func(int) string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `ALTER TABLE outbox ALTER COLUMN scheduled_at SET DEFAULT now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, pool, n, keys, topicOf)
+	if _, err := pool.Exec(ctx, `ALTER TABLE outbox ALTER COLUMN scheduled_at SET DEFAULT now()`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// drainedAt waits until no row but those of key except is pending or
+// processing, and returns when, and how many rows that drain settled.
+func drainedAt(t *testing.T, pool *pgxpool.Pool, except string, since time.Time, within time.Duration) (time.Time, int) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var left, done int
+		err := pool.QueryRow(context.Background(), `SELECT
+			count(*) FILTER (WHERE state IN ('pending', 'processing') AND key IS DISTINCT FROM $1),
+			count(*) FILTER (WHERE state IN ('sent', 'dead') AND key IS DISTINCT FROM $1 AND updated_at >= $2)
+			FROM outbox`, except, since).Scan(&left, &done)
+		if err == nil && left == 0 {
+			return time.Now(), done
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rows of the other keys not settled within %v: %d left (%v)", within, left, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rate is rows per second.
+func rate(rows int, d time.Duration) float64 { return float64(rows) / d.Seconds() }
+
+// TestFaultOrphanedHead: a relay that died holding one key's head leaves
+// it processing under a live 60 s lease, at the front of a 50,000-row,
+// 1,000-key backlog. The other 999 keys drain at ≥ 0.8 × the rate of the
+// same backlog without it; the orphaned key waits for its lease, then
+// drains in order.
+func TestFaultOrphanedHead(t *testing.T) {
+	faultSuite(t)
+	resetKeys()
+	w := newWorld(t, worldOptions{})
+	const rows, keys = 50_000, 1_000
+	cfg := w.config("pollInterval: 20ms\nmaxPollInterval: 100ms\nlease: 60s\nreapInterval: 1s", "")
+	p := startQueuebox(t, "relay", "run", "--config", cfg)
+	p.ManagementAddr()
+
+	heldBack(t, w.pg.Pool, rows, keys, orderTopic)
+	start := release(t, w.pg.Pool, "")
+	end, n := drainedAt(t, w.pg.Pool, "", start, 2*time.Minute)
+	base := rate(n, end.Sub(start))
+
+	heldBack(t, w.pg.Pool, rows, keys, orderTopic)
+	const orphan = "key-000"
+	start = release(t, w.pg.Pool, fmt.Sprintf(`UPDATE outbox SET state = 'processing', claim_token = gen_random_uuid(),
+		claimed_at = now(), lease_expires_at = now() + interval '60 seconds'
+		WHERE id = (SELECT id FROM outbox WHERE key = '%s' AND state = 'pending' ORDER BY sequence LIMIT 1)`, orphan))
+	end, n = drainedAt(t, w.pg.Pool, orphan, start, 2*time.Minute)
+	others := rate(n, end.Sub(start))
+	if n != rows-rows/keys {
+		t.Fatalf("%d rows of the other keys settled, want %d", n, rows-rows/keys)
+	}
+	if others < minIsolatedRate*base {
+		t.Fatalf("the other keys drained at %.0f rows/s beside the orphaned head, %.2f of %.0f rows/s without it; want at least %.1f\n%s",
+			others, others/base, base, minIsolatedRate, testenv.Tail(p.Logs(), 100))
+	}
+	// The orphaned key waits at most one lease, then its rows flow in order.
+	orphanFree := start.Add(60 * time.Second)
+	settled := waitSettled(t, w.pg.Pool, 90*time.Second)
+	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM", code)
+	}
+	r := mustCheck(t, w.collect(time.Second))
+	if r.Dead != 0 || r.Sent != 2*rows {
+		t.Fatalf("want %d sent and none dead: %v", 2*rows, r)
+	}
+	figure(t, "orphaned-head", r, fmt.Sprintf("without=%.0f/s others_beside_orphan=%.0f/s ratio=%.2f orphan_key_done_after_lease=%v",
+		base, others, others/base, settled.Sub(orphanFree).Round(100*time.Millisecond)))
+}
+
+// TestFaultSlowKey: one key in 1,000 goes to a webhook that answers in 2 s,
+// the rest to JetStream. The other keys drain at ≥ 0.8 × the rate of the
+// same backlog when the webhook answers at once; the slow key's rows still
+// arrive, in order.
+func TestFaultSlowKey(t *testing.T) {
+	faultSuite(t)
+	resetKeys()
+	w := newWorld(t, worldOptions{})
+	const rows, keys, slow = 20_000, 1_000, "key-000"
+	topicOf := func(int) string { return "order.created" }
+	w.hooks.hangFor = 2 * time.Second
+	cfg := w.config("pollInterval: 20ms\nmaxPollInterval: 100ms", "")
+	p := startQueuebox(t, "relay", "run", "--config", cfg)
+	p.ManagementAddr()
+	slowTopic := fmt.Sprintf(`UPDATE outbox SET topic = 'hook.slow' WHERE key = '%s' AND state = 'pending'`, slow)
+
+	heldBack(t, w.pg.Pool, rows, keys, topicOf)
+	start := release(t, w.pg.Pool, slowTopic) // the webhook answers at once
+	end, n := drainedAt(t, w.pg.Pool, slow, start, 2*time.Minute)
+	base := rate(n, end.Sub(start))
+	waitSettled(t, w.pg.Pool, time.Minute)
+
+	w.hooks.setDecide(func(string, int) action { return hang })
+	heldBack(t, w.pg.Pool, rows, keys, topicOf)
+	start = release(t, w.pg.Pool, slowTopic)
+	end, n = drainedAt(t, w.pg.Pool, slow, start, 2*time.Minute)
+	others := rate(n, end.Sub(start))
+	if others < minIsolatedRate*base {
+		t.Fatalf("the other keys drained at %.0f rows/s beside a 2 s key, %.2f of %.0f rows/s without it; want at least %.1f",
+			others, others/base, base, minIsolatedRate)
+	}
+	settled := waitSettled(t, w.pg.Pool, 2*time.Minute)
+	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM", code)
+	}
+	r := mustCheck(t, w.collect(time.Second))
+	if r.Dead != 0 || r.Sent != 2*rows {
+		t.Fatalf("want %d sent and none dead: %v", 2*rows, r)
+	}
+	figure(t, "slow-key", r, fmt.Sprintf("without=%.0f/s others_beside_2s_key=%.0f/s ratio=%.2f slow_key_done=%v",
+		base, others, others/base, settled.Sub(start).Round(100*time.Millisecond)))
+}
+
+// circuitClosed fails t unless dest's circuit is closed, by the relay's
+// own metric.
+func circuitClosed(t *testing.T, p *testenv.Process, dest string) {
+	t.Helper()
+	series := fmt.Sprintf(`queuebox_destination_circuit_state{destination=%q}`, dest)
+	v, ok := testenv.LookupMetric(testenv.Scrape(t, p.ManagementAddr()), series)
+	if !ok || v != 0 {
+		t.Fatalf("%s = %v (present %v), want 0: one row the protocol cannot encode must not open the destination's circuit", series, v, ok)
+	}
+}
+
+// mustNot fails t when s lacks any of want.
+func mustContain(t *testing.T, what, s string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			t.Fatalf("%s %q does not say %q", what, s, w)
+		}
+	}
+}
