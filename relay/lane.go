@@ -256,6 +256,7 @@ func (l *lane) publish(parent context.Context, p part) {
 		l.mu.Unlock()
 		if changed, limit := l.limit.record(now.Sub(start), used, congestion(err)); changed {
 			l.e.obs.DestinationLimit(l.name, limit)
+			l.e.log.Debug("destination limit changed", "destination", l.name, "limit", limit, "latency", l.limit.latency())
 		}
 		l.e.settler.add(o)
 		if waiting {

@@ -87,7 +87,7 @@ func Quick(o Options) Options {
 }
 
 // AllCases are the case names --cases filters on.
-var AllCases = []string{"nats-keyed", "nats-unkeyed", "http-keyed", "http-unkeyed", "amqp-keyed", "amqp-unkeyed", "kafka-keyed", "kafka-unkeyed", "latency"}
+var AllCases = []string{"nats-keyed", "nats-unkeyed", "http-keyed", "http-unkeyed", "amqp-keyed", "amqp-unkeyed", "kafka-keyed", "kafka-unkeyed", "latency", "webhook", "skewed"}
 
 // destinations are the destination prefixes of the drain cases.
 var destinations = []string{"nats", "http", "amqp", "kafka"}
@@ -106,16 +106,17 @@ func (o *Options) want(name string) bool {
 
 // Report is the outcome of a run; it is what --output json prints.
 type Report struct {
-	Machine   Machine   `json:"machine"`
-	Rows      int       `json:"rows"`
-	Keys      int       `json:"keys"`
-	BatchSize int       `json:"batchSize"`
-	Runs      int       `json:"runs"`
-	Payload   int       `json:"payloadBytes"`
-	Drains    []Drain   `json:"drains"`
-	Latency   []Latency `json:"latency"`
-	Started   time.Time `json:"started"`
-	Elapsed   string    `json:"elapsed"`
+	Machine   Machine     `json:"machine"`
+	Rows      int         `json:"rows"`
+	Keys      int         `json:"keys"`
+	BatchSize int         `json:"batchSize"`
+	Runs      int         `json:"runs"`
+	Payload   int         `json:"payloadBytes"`
+	Drains    []Drain     `json:"drains"`
+	Latency   []Latency   `json:"latency"`
+	Isolation []Isolation `json:"isolation"`
+	Started   time.Time   `json:"started"`
+	Elapsed   string      `json:"elapsed"`
 }
 
 // Machine describes where the figures come from.
@@ -336,6 +337,25 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 			rep.Latency = append(rep.Latency, l)
 		}
+	}
+	for _, c := range []struct {
+		name string
+		run  func(context.Context, *world, *Options, string) Isolation
+	}{{"webhook", runWebhook}, {"skewed", runSkewed}} {
+		if !o.want(c.name) {
+			continue
+		}
+		is := c.run(ctx, w, &o, tmp)
+		switch {
+		case is.Error != "":
+			o.say("== %s failed: %s", c.name, is.Error)
+		case is.Baseline > 0:
+			o.say("== %s: %d rows, %d keys, 1 key in %d at %.0f ms: the others %.0f rows/s, %.0f without the slow keys (%.2f)",
+				c.name, is.Rows, is.Keys, skewShare, is.Latency, is.RowsPerSec, is.Baseline, is.Ratio)
+		default:
+			o.say("== %s: %d rows, %d keys, receiver at %.0f ms: %.0f rows/s (target %.0f)", c.name, is.Rows, is.Keys, is.Latency, is.RowsPerSec, is.Target)
+		}
+		rep.Isolation = append(rep.Isolation, is)
 	}
 	rep.Elapsed = time.Since(rep.Started).Round(time.Second).String()
 	return rep, nil
@@ -777,6 +797,11 @@ func (r *Report) Failed() bool {
 	}
 	for _, l := range r.Latency {
 		if l.Error != "" {
+			return true
+		}
+	}
+	for _, is := range r.Isolation {
+		if is.Error != "" {
 			return true
 		}
 	}

@@ -50,6 +50,8 @@ type relayConfig struct {
 	// config file); 0 leaves Go's default, one per CPU.
 	MaxProcs int
 	Listen   string // server.listen with server.pprof on; "" = no management server
+	// Raw, when set, is the whole file, written as it is.
+	Raw string
 }
 
 // replicaConfig is the relay configuration every drain and the latency
@@ -62,6 +64,9 @@ func (o Options) replicaConfig(databaseURL string) relayConfig {
 }
 
 func (c relayConfig) yaml() string {
+	if c.Raw != "" {
+		return c.Raw
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "database:\n  type: postgresql\n  url: %q\n  outboxTable: outbox\n", c.DatabaseURL)
 	if c.SyncCommit != "" {

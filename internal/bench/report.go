@@ -72,7 +72,32 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	if len(r.Isolation) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "isolation\trows\tkeys\tslow receiver ms\trows/s\twithout slow keys rows/s\tratio\ttarget rows/s\t")
+		for _, is := range r.Isolation {
+			if is.Error != "" {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\tFAILED\t\t\t\t\n", is.Case, is.Rows, is.Keys, is.Latency)
+				continue
+			}
+			base, ratio, target := "–", "–", "–"
+			if is.Baseline > 0 {
+				base, ratio = fmt.Sprintf("%.0f", is.Baseline), fmt.Sprintf("%.2f", is.Ratio)
+			}
+			if is.Target > 0 {
+				target = fmt.Sprintf("%.0f", is.Target)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t\n", is.Case, is.Rows, is.Keys, is.Latency, is.RowsPerSec, base, ratio, target)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
 	var errs []string
+	for _, is := range r.Isolation {
+		if is.Error != "" {
+			errs = append(errs, is.Case+": "+is.Error)
+		}
+	}
 	for _, d := range r.Drains {
 		if d.BareErr != "" {
 			errs = append(errs, d.Case+" bare: "+d.BareErr)
