@@ -234,6 +234,10 @@ func (e *Engine) confirmLease(ctx context.Context, c *claim) bool {
 type keySet struct {
 	mu sync.Mutex
 	m  map[string]keyRows
+	// slow are keys whose last row took longer than patience to settle:
+	// their next row is taken for overdue at once (a key that goes to a
+	// slow receiver).
+	slow map[string]bool
 	// settle is a moving average of the time from a claim to the
 	// settlement of its rows: how long a key usually stays in flight.
 	settle time.Duration
@@ -268,10 +272,20 @@ func (k *keySet) remove(outcomes []outcome, claimed time.Time) {
 	} else {
 		k.settle += (d - k.settle) / 16
 	}
+	slow := time.Since(claimed) > k.patience()
 	for _, o := range outcomes {
 		key := o.msg.Key
 		if key == "" {
 			continue
+		}
+		switch {
+		case slow && len(k.slow) < maxSlowKeys:
+			if k.slow == nil {
+				k.slow = map[string]bool{}
+			}
+			k.slow[key] = true
+		case !slow:
+			delete(k.slow, key)
 		}
 		if r := k.m[key]; r.n <= 1 {
 			delete(k.m, key)
@@ -299,8 +313,11 @@ func (k *keySet) state(key string) (held, soon bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r := k.m[key]
-	return r.n > 0, r.n > 0 && time.Since(r.since) < k.patience()
+	return r.n > 0, r.n > 0 && !k.slow[key] && time.Since(r.since) < k.patience()
 }
+
+// maxSlowKeys bounds the keys remembered as slow.
+const maxSlowKeys = 4096
 
 // holds reports whether key has a row in flight here.
 func (k *keySet) holds(key string) bool {

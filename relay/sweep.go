@@ -124,6 +124,22 @@ func (s *sweep) claimed(w window, asked, got int, start int64, more bool, next i
 		}
 		s.barren = 0
 		return true
+	case w.front() && len(by.others) > 0 && !now.Before(s.restAt):
+		// The front is held by keys this relay cannot settle soon: from
+		// the front again, the skip list rebuilt (rows that became heads
+		// behind the windows past it are found there), those keys skipped.
+		s.skip, s.overdue = s.skip[:0], nil
+		s.from = start
+		s.frontAt = now.Add(s.frontGap)
+		s.frontGap = min(2*s.frontGap, frontEveryMax)
+		if !s.addSkip(by) {
+			s.from = next // too many blocked keys to skip: move on
+		}
+		return true
+	case !w.front() && s.addSkip(by):
+		// Keys that block this window and no other yet: skip them too.
+		s.from = start
+		return true
 	case by.settling:
 		// Its next rows are heads once this relay settles the rows before.
 		if w.front() {
@@ -133,28 +149,17 @@ func (s *sweep) claimed(w window, asked, got int, start int64, more bool, next i
 		}
 		s.barren = 0
 		return false
-	case len(by.others) == 0 && !more:
-		// Nothing due lies past this window: what is left is at the front.
+	case !more:
+		// Nothing due lies past this window (but rows of blocked keys):
+		// what is left is at the front.
 		s.reset()
 		return false
 	case w.front():
 		if now.Before(s.restAt) {
 			return false
 		}
-		// From the front again, the skip list rebuilt: rows that became
-		// heads behind the windows past it are found there.
-		s.skip, s.overdue = s.skip[:0], nil
-		s.from = start
+		s.from = next // the front window is spent
 		s.frontAt = now.Add(s.frontGap)
-		s.frontGap = min(2*s.frontGap, frontEveryMax)
-		if s.addSkip(by) {
-			return true
-		}
-		s.from = next // too many blocked keys to skip: move on
-		return true
-	case s.addSkip(by):
-		// Keys that block this window and no other yet: skip them too.
-		s.from = start
 		return true
 	case got == 0 && len(by.others) > 0:
 		s.barren++
@@ -168,10 +173,6 @@ func (s *sweep) claimed(w window, asked, got int, start int64, more bool, next i
 		}
 	default:
 		s.barren, s.rest = 0, max(s.rest/2, restMin)
-	}
-	if !more {
-		s.reset()
-		return false
 	}
 	s.from = next // spent, or blocked past what the skip list holds
 	return true
