@@ -230,7 +230,7 @@ func (e *Engine) report(log *slog.Logger, sentBy, retryBy, deferredBy, deadBy ma
 		}
 		e.obs.Settled(d, OutcomeDeferred, n)
 		if retryBy[d] == 0 {
-			log.Warn("destination unavailable; rows deferred without spending an attempt", "destination", d, "rows", n, "first_err", firstRetry[d])
+			log.Warn("rows deferred without spending an attempt: the destination is down, full, or holding its share of the rows in flight", "destination", d, "rows", n, "first_err", firstRetry[d])
 		}
 	}
 	for d, n := range deadBy {
