@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/sqlname"
 )
 
 //go:embed sql/*.sql
@@ -140,16 +140,12 @@ func (w *Writer) Statement(withMaxAttempts bool) string {
 	return w.stmts[0]
 }
 
-func quoteSQLServer(s string) string { return "[" + strings.ReplaceAll(s, "]", "]]") + "]" }
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 func render(d Dialect, m dialect.Mapping, withMax, notify bool) (string, error) {
-	quote := postgres.QuoteIdent
-	stateLit := quoteLiteral
+	quote := sqlname.Postgres
+	stateLit := sqlname.Literal
 	if d == SQLServer {
-		quote = quoteSQLServer
-		stateLit = func(s string) string { return "N" + quoteLiteral(s) }
+		quote = sqlname.SQLServer
+		stateLit = func(s string) string { return "N" + sqlname.Literal(s) }
 	} else {
 		for _, ident := range append(mapValues(m.Columns()), m.Schema(), m.TableName()) {
 			if len(ident) > 63 {
@@ -188,7 +184,7 @@ func render(d Dialect, m dialect.Mapping, withMax, notify bool) (string, error) 
 		MaxAttempts bool
 		Notify      bool
 		LockClass   int
-	}{m.Table(quote), withMax, notify, postgres.NotifyLockClass}
+	}{m.Table(quote), withMax, notify, sqlname.NotifyLockClass}
 	if err := tmpl.Execute(&b, data); err != nil {
 		return "", fmt.Errorf("producer: render %s.sql: %w", d, err)
 	}

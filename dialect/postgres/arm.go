@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queuebox/queuebox/sqlname"
 )
 
 // Producers notify only while a relay sleeps. A transaction that has
@@ -36,8 +38,8 @@ import (
 const armIOTimeout = 2 * time.Second
 
 // NotifyLockClass is the first key of the advisory lock that gates NOTIFY
-// (the second is hashtext(channel)): 0x7162, "qb".
-const NotifyLockClass = 0x7162
+// (the second is hashtext(channel)), shared with the producers.
+const NotifyLockClass = sqlname.NotifyLockClass
 
 // The arming statements. armSQL answers "armed" when this session took the
 // lock, "covered" when another relay holds it or waits for it (producers

@@ -17,6 +17,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/sqlname"
 )
 
 //go:embed sql/*.sql
@@ -177,17 +178,11 @@ func QueryNames() []string {
 	return names
 }
 
-// QuoteIdent quotes one identifier part for PostgreSQL: "x", with embedded
-// double quotes doubled.
-func QuoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-}
+// QuoteIdent quotes one identifier part for PostgreSQL (sqlname.Postgres).
+func QuoteIdent(s string) string { return sqlname.Postgres(s) }
 
-// quoteLiteral quotes a string constant: 'x', with embedded single quotes
-// doubled (standard_conforming_strings is on in every supported version).
-func quoteLiteral(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
-}
+// quoteLiteral quotes a string constant (sqlname.Literal).
+func quoteLiteral(s string) string { return sqlname.Literal(s) }
 
 // Render returns the SQL of every query name rendered for m (the claim for a
 // batch of renderLimit rows, unbounded). It is what New runs once; it is

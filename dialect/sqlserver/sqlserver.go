@@ -23,6 +23,7 @@ import (
 
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/sqlname"
 )
 
 //go:embed sql/*.sql
@@ -97,15 +98,10 @@ func QueryNames() []string {
 
 // QuoteIdent quotes one identifier part for SQL Server: [x], with embedded
 // closing brackets doubled.
-func QuoteIdent(s string) string {
-	return "[" + strings.ReplaceAll(s, "]", "]]") + "]"
-}
+func QuoteIdent(s string) string { return sqlname.SQLServer(s) }
 
-// quoteLiteral quotes a string constant as a Unicode literal: N'x', with
-// embedded single quotes doubled.
-func quoteLiteral(s string) string {
-	return "N'" + strings.ReplaceAll(s, "'", "''") + "'"
-}
+// quoteLiteral quotes a string constant as a Unicode literal: N'x'.
+func quoteLiteral(s string) string { return "N" + sqlname.Literal(s) }
 
 // Render returns the SQL of every query name rendered for m. It is what New
 // runs once; it is exported for inspection and for tests.
