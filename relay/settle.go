@@ -34,177 +34,225 @@ const maxErrorLen = 1024
 // (token): one statement per kind of outcome. A row whose publish was cut
 // short (outcome.cut: shutdown, or a lease that could not be kept) is
 // released rather than retried. It returns the function that reports the
-// outcomes to the observer, to be called once they are durable.
+// outcomes to the observer, to be called once they are durable: at once in
+// lease mode, after the batch transaction commits in lock mode (a batch
+// that does not commit goes back to pending: released).
 func (e *Engine) settle(log *slog.Logger, c *claim, outcomes []outcome) (report func(committed bool)) {
-	token := c.token
-	var (
-		sent = make([]string, 0, len(outcomes))
-		// sentAt is the outcome of each of sent, and retryFrom says where
-		// each of retries is counted, index for index: for a row the table
-		// refuses to settle (write).
-		sentAt    = make([]int, 0, len(outcomes))
-		sentBy    = map[string]int{}
-		retries   []dialect.RetryItem
-		retryFrom []counted
-		retryBy   = map[string]int{}
-		// deferredBy counts rows whose destination was unavailable.
-		deferredBy = map[string]int{}
-		deads      []dialect.DeadItem
-		deadFrom   []counted
-		deadBy     = map[string]int{}
-		released   []string
-		// One log line per destination and batch for retries: a broker
-		// that is down must not print a line per row.
-		firstRetry = map[string]string{}
-	)
+	s := &settlement{e: e, log: log, c: c, outcomes: outcomes,
+		sent: make([]string, 0, len(outcomes)), sentAt: make([]int, 0, len(outcomes)),
+		sentBy: map[string]int{}, retryBy: map[string]int{}, deferredBy: map[string]int{},
+		deadBy: map[string]int{}, firstRetry: map[string]string{}}
 	for i := range outcomes {
-		o := &outcomes[i]
-		m := o.msg
-		if o.err == nil {
-			sent = append(sent, m.ID)
-			sentAt = append(sentAt, i)
-			sentBy[o.dest]++
-			continue
-		}
-		// A row deferred (its destination down, its circuit open) keeps
-		// its deferral delay when the publish is cut: released, it would
-		// be due again at once.
-		if o.cut && !o.deferred && !outbox.IsPermanent(o.err) && !errors.Is(o.err, outbox.ErrNoRoute) {
-			released = append(released, m.ID)
-			continue
-		}
-		reason := e.reason(o)
-		permanent := outbox.IsPermanent(o.err) || errors.Is(o.err, outbox.ErrNoRoute)
-		maxAttempts := m.MaxAttempts
-		if maxAttempts <= 0 {
-			maxAttempts = e.opt.MaxAttempts
-		}
-		attempt := m.Attempt + 1
-		attrs := []any{"id", m.ID, "topic", m.Topic, "key", m.Key, "destination", o.dest, "attempt", attempt} // as the row records it
-		switch {
-		case o.deferred && !permanent:
-			// The destination is down, not the row: wait without spending
-			// an attempt, so that no row dies because a broker was away.
-			delay := e.opt.Backoff.Base
-			if d, ok := outbox.RetryDelay(o.err); ok {
-				delay = min(max(d, 0), e.opt.Backoff.Max)
-			}
-			retries = append(retries, dialect.RetryItem{ID: m.ID, Attempt: m.Attempt, Delay: delay, Error: reason})
-			retryFrom = append(retryFrom, counted{deferredBy, o.dest})
-			deferredBy[o.dest]++
-			if firstRetry[o.dest] == "" {
-				firstRetry[o.dest] = reason
-			}
-		case permanent:
-			deads = append(deads, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
-			deadFrom = append(deadFrom, counted{deadBy, o.dest})
-			deadBy[o.dest]++
-			log.Warn("row dead: permanent failure", append(attrs, "err", reason)...)
-		case attempt >= maxAttempts:
-			deads = append(deads, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
-			deadFrom = append(deadFrom, counted{deadBy, o.dest})
-			deadBy[o.dest]++
-			log.Warn("row dead: attempts exhausted", append(attrs, "max_attempts", maxAttempts, "err", reason)...)
-		default:
-			delay := e.opt.Backoff.Delay(m.Attempt)
-			if d, ok := outbox.RetryDelay(o.err); ok {
-				delay = min(max(d, 0), e.opt.Backoff.Max)
-			}
-			retries = append(retries, dialect.RetryItem{ID: m.ID, Attempt: attempt, Delay: delay, Error: reason})
-			retryFrom = append(retryFrom, counted{retryBy, o.dest})
-			retryBy[o.dest]++
-			if firstRetry[o.dest] == "" {
-				firstRetry[o.dest] = reason
-			}
-			log.Debug("delivery failed; will retry", append(attrs, "retry_in", delay, "err", reason)...)
-		}
+		s.sort(i)
 	}
-
-	// A statement the table refuses for some of its rows (a trigger or a
-	// constraint of an adopted table) is narrowed down to those rows, so
-	// that it does not hold back the rest of the batch (write). A row the
-	// table would not mark sent or retry is then dead-lettered with the
-	// table's reason, where the table allows that (deadLetter).
-	type refusedRow struct {
-		item dialect.DeadItem
-		from counted
-	}
-	var refusedRows []refusedRow
-	if len(sent) > 0 {
-		refused, unsettled := e.write(log, "complete", token, &c.splits, len(sent), func(ctx context.Context, lo, hi int) (int64, error) {
-			return e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: sent[lo:hi]})
-		})
-		for _, r := range refused {
-			o := &outcomes[sentAt[r.i]]
-			m := o.msg
-			refusedRows = append(refusedRows, refusedRow{
-				dialect.DeadItem{ID: m.ID, Attempt: m.Attempt + 1, Error: e.refusal("delivered, but the table refused to mark the row sent", r.err)},
-				counted{sentBy, o.dest}})
-		}
-		for _, i := range unsettled {
-			sentBy[outcomes[sentAt[i]].dest]--
-		}
-	}
-	if len(retries) > 0 {
-		refused, unsettled := e.write(log, "retry", token, &c.splits, len(retries), func(ctx context.Context, lo, hi int) (int64, error) {
-			return e.db.Retry(ctx, dialect.RetryParams{Token: token, Items: retries[lo:hi]})
-		})
-		for _, r := range refused {
-			it := retries[r.i]
-			refusedRows = append(refusedRows, refusedRow{
-				dialect.DeadItem{ID: it.ID, Attempt: it.Attempt, Error: e.refusal("the table refused the row's retry after: "+it.Error, r.err)},
-				retryFrom[r.i]})
-		}
-		for _, i := range unsettled {
-			retryFrom[i].by[retryFrom[i].dest]--
-		}
-	}
-	if len(deads) > 0 {
-		refused, unsettled := e.write(log, "dead", token, &c.splits, len(deads), func(ctx context.Context, lo, hi int) (int64, error) {
-			return e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: deads[lo:hi]})
-		})
-		for _, r := range refused {
-			deadFrom[r.i].by[deadFrom[r.i].dest]--
-			logStuck(log, "the table refuses to dead-letter this row", token, deads[r.i].ID, r.err)
-		}
-		for _, i := range unsettled {
-			deadFrom[i].by[deadFrom[i].dest]--
-		}
-	}
-	// A refused row is counted dead if it died, and otherwise not at all:
-	// it is not settled.
-	if len(refusedRows) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), e.opt.Lease)
-		for _, r := range refusedRows {
-			r.from.by[r.from.dest]--
-			if e.deadLetter(ctx, log, token, r.from.dest, r.item) {
-				deadBy[r.from.dest]++
-			}
-		}
-		cancel()
-	}
-	releasedN := len(released)
-	if len(released) > 0 {
-		refused, unsettled := e.write(log, "release", token, &c.splits, len(released), func(ctx context.Context, lo, hi int) (int64, error) {
-			return e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: released[lo:hi]})
-		})
-		for _, r := range refused {
-			releasedN--
-			log.Error("the table refuses to release this row: it stays processing until its lease expires",
-				"token", token, "id", released[r.i], "err", r.err)
-		}
-		releasedN -= len(unsettled)
-	}
-	// The outcomes are reported once the caller knows they are durable:
-	// at once in lease mode, after the batch transaction commits in lock
-	// mode (a batch that does not commit goes back to pending: released).
+	s.complete()
+	s.retry()
+	s.dead()
+	s.deadLetterRefused()
+	s.release()
 	return func(committed bool) {
 		if !committed {
 			e.obs.Settled("", OutcomeReleased, len(outcomes))
 			return
 		}
-		e.report(log, sentBy, retryBy, deferredBy, deadBy, releasedN, firstRetry)
+		e.report(log, s.sentBy, s.retryBy, s.deferredBy, s.deadBy, s.releasedN, s.firstRetry)
 	}
+}
+
+// settlement is the settling of one claim's outcomes: the rows of each
+// kind, and where each is counted.
+type settlement struct {
+	e        *Engine
+	log      *slog.Logger
+	c        *claim
+	outcomes []outcome
+
+	sent []string
+	// sentAt is the outcome of each of sent, and retryFrom and deadFrom
+	// say where each of retries and deads is counted, index for index: for
+	// a row the table refuses to settle (write).
+	sentAt     []int
+	sentBy     map[string]int
+	retries    []dialect.RetryItem
+	retryFrom  []counted
+	retryBy    map[string]int
+	deferredBy map[string]int // rows whose destination could not take them
+	deads      []dialect.DeadItem
+	deadFrom   []counted
+	deadBy     map[string]int
+	released   []string
+	releasedN  int
+	// One log line per destination and batch for retries: a broker that
+	// is down must not print a line per row.
+	firstRetry map[string]string
+	// refused are rows the table would not mark sent or retry: they are
+	// dead-lettered with the table's reason, where the table allows that.
+	refused []refusedRow
+}
+
+type refusedRow struct {
+	item dialect.DeadItem
+	from counted
+}
+
+// sort files outcome i under its kind.
+func (s *settlement) sort(i int) {
+	e, o := s.e, &s.outcomes[i]
+	m := o.msg
+	if o.err == nil {
+		s.sent = append(s.sent, m.ID)
+		s.sentAt = append(s.sentAt, i)
+		s.sentBy[o.dest]++
+		return
+	}
+	permanent := outbox.IsPermanent(o.err) || errors.Is(o.err, outbox.ErrNoRoute)
+	// A row deferred (its destination down, its circuit open) keeps its
+	// deferral delay when the publish is cut: released, it would be due
+	// again at once.
+	if o.cut && !o.deferred && !permanent {
+		s.released = append(s.released, m.ID)
+		return
+	}
+	reason := e.reason(o)
+	maxAttempts := m.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = e.opt.MaxAttempts
+	}
+	attempt := m.Attempt + 1
+	attrs := []any{"id", m.ID, "topic", m.Topic, "key", m.Key, "destination", o.dest, "attempt", attempt} // as the row records it
+	switch {
+	case o.deferred && !permanent:
+		// The destination is down, not the row: wait without spending an
+		// attempt, so that no row dies because a broker was away.
+		s.addRetry(o, dialect.RetryItem{ID: m.ID, Attempt: m.Attempt, Delay: e.retryDelay(o.err, e.opt.Backoff.Base), Error: reason}, s.deferredBy)
+	case permanent:
+		s.addDead(o, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
+		s.log.Warn("row dead: permanent failure", append(attrs, "err", reason)...)
+	case attempt >= maxAttempts:
+		s.addDead(o, dialect.DeadItem{ID: m.ID, Attempt: attempt, Error: reason})
+		s.log.Warn("row dead: attempts exhausted", append(attrs, "max_attempts", maxAttempts, "err", reason)...)
+	default:
+		delay := e.retryDelay(o.err, e.opt.Backoff.Delay(m.Attempt))
+		s.addRetry(o, dialect.RetryItem{ID: m.ID, Attempt: attempt, Delay: delay, Error: reason}, s.retryBy)
+		s.log.Debug("delivery failed; will retry", append(attrs, "retry_in", delay, "err", reason)...)
+	}
+}
+
+// retryDelay is the receiver's requested delay, when err carries one
+// (outbox.RetryAfter), capped by the backoff's maximum; else def.
+func (e *Engine) retryDelay(err error, def time.Duration) time.Duration {
+	if d, ok := outbox.RetryDelay(err); ok {
+		return min(max(d, 0), e.opt.Backoff.Max)
+	}
+	return def
+}
+
+func (s *settlement) addRetry(o *outcome, it dialect.RetryItem, by map[string]int) {
+	s.retries = append(s.retries, it)
+	s.retryFrom = append(s.retryFrom, counted{by, o.dest})
+	by[o.dest]++
+	if s.firstRetry[o.dest] == "" {
+		s.firstRetry[o.dest] = it.Error
+	}
+}
+
+func (s *settlement) addDead(o *outcome, it dialect.DeadItem) {
+	s.deads = append(s.deads, it)
+	s.deadFrom = append(s.deadFrom, counted{s.deadBy, o.dest})
+	s.deadBy[o.dest]++
+}
+
+// A statement the table refuses for some of its rows (a trigger or a
+// constraint of an adopted table) is narrowed down to those rows, so that
+// it does not hold back the rest of the batch (write).
+
+func (s *settlement) complete() {
+	if len(s.sent) == 0 {
+		return
+	}
+	token := s.c.token
+	refused, unsettled := s.e.write(s.log, "complete", token, &s.c.splits, len(s.sent), func(ctx context.Context, lo, hi int) (int64, error) {
+		return s.e.db.Complete(ctx, dialect.CompleteParams{Token: token, IDs: s.sent[lo:hi]})
+	})
+	for _, r := range refused {
+		o := &s.outcomes[s.sentAt[r.i]]
+		s.refused = append(s.refused, refusedRow{
+			dialect.DeadItem{ID: o.msg.ID, Attempt: o.msg.Attempt + 1, Error: s.e.refusal("delivered, but the table refused to mark the row sent", r.err)},
+			counted{s.sentBy, o.dest}})
+	}
+	for _, i := range unsettled {
+		s.sentBy[s.outcomes[s.sentAt[i]].dest]--
+	}
+}
+
+func (s *settlement) retry() {
+	if len(s.retries) == 0 {
+		return
+	}
+	token := s.c.token
+	refused, unsettled := s.e.write(s.log, "retry", token, &s.c.splits, len(s.retries), func(ctx context.Context, lo, hi int) (int64, error) {
+		return s.e.db.Retry(ctx, dialect.RetryParams{Token: token, Items: s.retries[lo:hi]})
+	})
+	for _, r := range refused {
+		it := s.retries[r.i]
+		s.refused = append(s.refused, refusedRow{
+			dialect.DeadItem{ID: it.ID, Attempt: it.Attempt, Error: s.e.refusal("the table refused the row's retry after: "+it.Error, r.err)},
+			s.retryFrom[r.i]})
+	}
+	for _, i := range unsettled {
+		s.retryFrom[i].by[s.retryFrom[i].dest]--
+	}
+}
+
+func (s *settlement) dead() {
+	if len(s.deads) == 0 {
+		return
+	}
+	token := s.c.token
+	refused, unsettled := s.e.write(s.log, "dead", token, &s.c.splits, len(s.deads), func(ctx context.Context, lo, hi int) (int64, error) {
+		return s.e.db.Dead(ctx, dialect.DeadParams{Token: token, Items: s.deads[lo:hi]})
+	})
+	for _, r := range refused {
+		s.deadFrom[r.i].by[s.deadFrom[r.i].dest]--
+		logStuck(s.log, "the table refuses to dead-letter this row", token, s.deads[r.i].ID, r.err)
+	}
+	for _, i := range unsettled {
+		s.deadFrom[i].by[s.deadFrom[i].dest]--
+	}
+}
+
+// deadLetterRefused dead-letters the rows the table refused to mark sent or
+// retry. A refused row is counted dead if it died, and otherwise not at
+// all: it is not settled.
+func (s *settlement) deadLetterRefused() {
+	if len(s.refused) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.e.opt.Lease)
+	defer cancel()
+	for _, r := range s.refused {
+		r.from.by[r.from.dest]--
+		if s.e.deadLetter(ctx, s.log, s.c.token, r.from.dest, r.item) {
+			s.deadBy[r.from.dest]++
+		}
+	}
+}
+
+func (s *settlement) release() {
+	s.releasedN = len(s.released)
+	if len(s.released) == 0 {
+		return
+	}
+	token := s.c.token
+	refused, unsettled := s.e.write(s.log, "release", token, &s.c.splits, len(s.released), func(ctx context.Context, lo, hi int) (int64, error) {
+		return s.e.db.Release(ctx, dialect.ReleaseParams{Token: token, IDs: s.released[lo:hi]})
+	})
+	for _, r := range refused {
+		s.releasedN--
+		s.log.Error("the table refuses to release this row: it stays processing until its lease expires",
+			"token", token, "id", s.released[r.i], "err", r.err)
+	}
+	s.releasedN -= len(unsettled)
 }
 
 // report sends the outcome counts of one settled batch to the observer
