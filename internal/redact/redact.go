@@ -1,9 +1,13 @@
 // Package redact removes secrets from text before it is logged, stored in
 // an outbox row's last_error or exported as a metric label, and bounds its
-// length.
+// length. Redaction always comes before the cut: Bounded for a whole
+// string, Head and ReadHead for the start of a longer text (a response
+// body), so that a secret the cut would split is masked whole instead of
+// leaving its first bytes behind.
 package redact
 
 import (
+	"io"
 	"regexp"
 	"sort"
 	"strings"
@@ -31,6 +35,10 @@ var (
 // never contains one of the given secrets, even one that the masking itself
 // would recreate; very short secrets therefore also hide ordinary text.
 func String(s string, secrets ...string) string {
+	// The literal secrets go first: a pattern that matched a secret's
+	// middle (a secret such as "ab://cd:ef@gh") would keep its start.
+	// Then again, in case a mask formed one.
+	s = removeSecrets(s, secrets)
 	s = urlPassword.ReplaceAllString(s, "${1}:"+Mask+"@")
 	s = authValue.ReplaceAllString(s, "${1}${2}"+Mask)
 	s = keyValue.ReplaceAllString(s, "${1}${2}"+Mask)
@@ -145,11 +153,90 @@ func OneLine(s string) string {
 	return strings.TrimRight(s, " ")
 }
 
+// Bounded returns s with secrets removed (String), on one line, cut to at
+// most n bytes (Truncate): the bounded, redacted form of a whole external
+// string for a log line, an error or last_error. It redacts before it
+// cuts, so a secret that straddles byte n is masked, not cut in two.
+func Bounded(s string, n int, secrets ...string) string {
+	return Truncate(OneLine(String(s, secrets...)), n)
+}
+
 // Error formats err for storage (an outbox row's last_error): secrets
 // removed, on one line, at most n bytes. A nil err gives "".
 func Error(err error, n int, secrets ...string) string {
 	if err == nil {
 		return ""
 	}
-	return Truncate(OneLine(String(err.Error(), secrets...)), n)
+	return Bounded(err.Error(), n, secrets...)
+}
+
+// ReadLimit is how many bytes of a longer text Head needs to show its
+// first n: n plus the longest secret, so that a secret that starts before
+// byte n is read whole and masked.
+func ReadLimit(n int, secrets ...string) int {
+	longest := 0
+	for _, s := range secrets {
+		longest = max(longest, len(s))
+	}
+	return max(n, 0) + longest
+}
+
+// Head returns at most n bytes from the start of a text, redacted, and
+// whether anything was cut. s is the start of the text, at least
+// ReadLimit(n, secrets...) bytes of it when the text is longer (more
+// reports that it continues past s). Head redacts s, then drops the end
+// that could be the start of a secret continuing past s (and a URL
+// password not closed by its "@"), then cuts to n bytes on a rune
+// boundary.
+func Head(s string, more bool, n int, secrets ...string) (string, bool) {
+	r := String(s, secrets...)
+	if more {
+		r = trimPartial(r, secrets)
+	}
+	if n < 0 {
+		n = 0
+	}
+	if len(r) <= n {
+		return r, more
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(r[cut]) {
+		cut--
+	}
+	return r[:cut], true
+}
+
+// ReadHead reads the start of r and returns Head of it: at most n bytes,
+// redacted, and whether r held more. It reads ReadLimit(n, secrets...)
+// bytes and one more; the caller discards (or closes) the rest.
+func ReadHead(r io.Reader, n int, secrets ...string) (string, bool, error) {
+	limit := ReadLimit(n, secrets...)
+	buf, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	more := len(buf) > limit
+	if more {
+		buf = buf[:limit]
+	}
+	head, cut := Head(string(buf), more, n, secrets...)
+	return head, cut, err
+}
+
+// openURLPassword is a URL whose password the end of a cut text leaves
+// open: no "@" closes it yet.
+var openURLPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://[^\s:@/"'<>]*):[^\s"'<>@/]*$`)
+
+// trimPartial drops the end of s, the start of a text that continues, that
+// could be the first bytes of a secret: the longest suffix that is a
+// proper prefix of a secret, and the password of a URL not yet closed.
+func trimPartial(s string, secrets []string) string {
+	s = openURLPassword.ReplaceAllString(s, "${1}:"+Mask)
+	cut := len(s)
+	for _, sec := range secrets {
+		for k := min(len(sec)-1, len(s)); k > 0; k-- {
+			if len(s)-k < cut && strings.HasSuffix(s, sec[:k]) {
+				cut = len(s) - k
+				break
+			}
+		}
+	}
+	return s[:cut]
 }

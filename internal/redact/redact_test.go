@@ -106,3 +106,127 @@ func FuzzString(f *testing.F) {
 		}
 	})
 }
+
+func TestHeadRedactsBeforeItCuts(t *testing.T) {
+	t.Parallel()
+	const secret = "HdrSecret-7731"
+	// The secret starts 8 bytes before the cut at 32.
+	body := strings.Repeat("p", 20) + "tok=" + secret + strings.Repeat("q", 100)
+	head, cut, err := ReadHead(strings.NewReader(body), 32, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cut || len(head) > 32 {
+		t.Fatalf("ReadHead = %q (cut %v), want at most 32 bytes and cut", head, cut)
+	}
+	if strings.Contains(head, "HdrS") {
+		t.Fatalf("ReadHead = %q keeps the start of the secret", head)
+	}
+	if want := strings.Repeat("p", 20) + "tok=" + Mask; !strings.HasPrefix(head, want) {
+		t.Fatalf("ReadHead = %q, want it to start %q", head, want)
+	}
+	// The old order, cut then redact, leaves the start behind.
+	if old := String(body[:32], secret); !strings.Contains(old, "HdrSec") {
+		t.Fatalf("cut-then-redact = %q; the test no longer shows the leak", old)
+	}
+}
+
+func TestHeadDropsAnOpenEnd(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		s, want string
+		more    bool
+	}{
+		{"failed: HdrSec", "failed: ", true},        // a secret continuing past the text
+		{"failed: HdrSec", "failed: HdrSec", false}, // the whole text: not a secret
+		{"dial postgres://app:s3cr", "dial postgres://app:" + Mask, true},
+		{"see http://host:8080/x", "see http://host:8080/x", true},
+		{"ok HdrSecret-7731 and Hdr", "ok " + Mask + " and ", true},
+	}
+	for _, tt := range tests {
+		if got, _ := Head(tt.s, tt.more, 100, "HdrSecret-7731"); got != tt.want {
+			t.Errorf("Head(%q, more %v) = %q, want %q", tt.s, tt.more, got, tt.want)
+		}
+	}
+}
+
+func TestBounded(t *testing.T) {
+	t.Parallel()
+	s := strings.Repeat("a", 10) + "K3y-S3cret-99\nrest"
+	if got := Bounded(s, 16, "K3y-S3cret-99"); got != strings.Repeat("a", 10)+"xxx…" {
+		t.Errorf("Bounded = %q", got)
+	}
+}
+
+// FuzzHead places a secret at every offset around every cut and checks
+// that no prefix of it of 4 bytes or more survives in what Head, ReadHead
+// and Bounded return, whether the text ends within what was read or
+// continues past it.
+func FuzzHead(f *testing.F) {
+	f.Add("upstream failure; auth=", "HdrSecret-4242")
+	f.Add("password=zzzzzzzzzz token=", "s3cr3t-value")
+	f.Add("dial postgres://app:", "Pg-S3cret-pw")
+	f.Add("Zoë Zoë ", "ëëëë")
+	f.Add("", "abab")
+	f.Add("ab://cd", "ab://cd:ef@gh")
+	f.Fuzz(func(t *testing.T, filler, secret string) {
+		if len(secret) < 4 || len(secret) > 64 || strings.Contains(Mask+Ellipsis, secret[:4]) {
+			return
+		}
+		fill := fillerWithout(filler, secret)
+		for _, n := range []int{0, 4, 16, 64, 100, 256} {
+			for o := max(0, n-len(secret)-2); o <= n+2; o++ {
+				for _, tail := range []int{0, 3, len(secret) + 16} {
+					text := pad(fill, o) + secret + pad(fill, tail)
+					limit := ReadLimit(n, secret)
+					read := text[:min(len(text), limit)]
+					head, _ := Head(read, len(text) > limit, n, secret)
+					checkNoPrefix(t, "Head", text, n, head, secret)
+					rh, _, _ := ReadHead(strings.NewReader(text), n, secret)
+					checkNoPrefix(t, "ReadHead", text, n, rh, secret)
+					checkNoPrefix(t, "Bounded", text, n, Bounded(text, n, secret), secret)
+				}
+			}
+		}
+	})
+}
+
+// fillerWithout returns s with every byte that the secret holds replaced by
+// one it does not hold, so that any prefix of the secret in the output came
+// from the secret itself; never empty.
+func fillerWithout(s, secret string) string {
+	repl := byte('.')
+	for _, c := range []byte(". ;=:/@_-0123456789") {
+		if !strings.ContainsRune(secret, rune(c)) && c != 'x' {
+			repl = c
+			break
+		}
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if strings.IndexByte(secret, c) >= 0 || c >= utf8.RuneSelf {
+			b[i] = repl
+		}
+	}
+	if len(b) == 0 {
+		b = []byte{repl}
+	}
+	return string(b)
+}
+
+// pad returns n bytes of fill, repeated as needed.
+func pad(fill string, n int) string {
+	return strings.Repeat(fill, n/len(fill)+1)[:n]
+}
+
+func checkNoPrefix(t *testing.T, fn, text string, n int, out, secret string) {
+	t.Helper()
+	if len(out) > max(n, 0) {
+		t.Fatalf("%s(%q, %d) = %q: %d bytes", fn, text, n, out, len(out))
+	}
+	for k := len(secret); k >= 4; k-- {
+		if strings.Contains(out, secret[:k]) {
+			t.Fatalf("%s(%q, %d) = %q keeps %q, the first %d bytes of the secret", fn, text, n, out, secret[:k], k)
+		}
+	}
+}
