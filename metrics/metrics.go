@@ -39,6 +39,7 @@ type Metrics struct {
 	wakeListening   prometheus.Gauge
 	wakeArmed       prometheus.Gauge
 	wakeNotified    prometheus.Counter
+	buildInfo       *prometheus.GaugeVec
 
 	// Backlog gauges, refreshed on an interval by whoever owns the
 	// database (never per scrape).
@@ -137,10 +138,14 @@ func New() *Metrics {
 			"1 while this relay holds the notify lock: it sleeps and producers notify."),
 		wakeNotified: counter("wake_notifications_total",
 			"Notifications received on the relay.notify channel."),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "build_info",
+			Help: "Always 1; its labels say which build is running (queuebox version).",
+		}, []string{"version", "revision", "goversion"}),
 	}
 	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.pastFront, m.destLimit, m.backpressure, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
-		m.OldestProcessingAge, m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified)
+		m.OldestProcessingAge, m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified, m.buildInfo)
 	// Every series with a fixed label set exists from the start, at zero,
 	// so that dashboards and alerts (rate(), absent()) see it before the
 	// first event.
@@ -163,6 +168,13 @@ func gauge(name, help string) prometheus.Gauge {
 
 func counter(name, help string) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+// SetBuildInfo sets queuebox_build_info{version,revision,goversion} to 1,
+// replacing any earlier labels.
+func (m *Metrics) SetBuildInfo(version, revision, goVersion string) {
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version, revision, goVersion).Set(1)
 }
 
 // WakeListening, WakeArmed and WakeNotified report the wake-on-commit

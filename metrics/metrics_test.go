@@ -34,12 +34,13 @@ func documented(t *testing.T) []string {
 
 // TestDocumentedMetricsMatchScrape registers the metrics, configures one
 // destination, reports the one event whose labels come from the destination
-// (the limit of a back-pressure answer), and checks that the queuebox_*
+// (the limit of a back-pressure answer) and the build, and checks that the queuebox_*
 // families of a scrape are exactly the documented ones.
 func TestDocumentedMetricsMatchScrape(t *testing.T) {
 	m := New()
 	m.InitDestination("hooks")
 	m.Backpressure("hooks", "http_429")
+	m.SetBuildInfo("v0.1.0", "abc", "go1.26.0")
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -81,5 +82,19 @@ func TestRetentionCounter(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.claimLimit); got != 500 {
 		t.Errorf("claim limit = %v", got)
+	}
+}
+
+// TestBuildInfo checks that queuebox_build_info is one series at 1 with the
+// last build's labels.
+func TestBuildInfo(t *testing.T) {
+	m := New()
+	m.SetBuildInfo("devel", "unknown", "go1.26.0")
+	m.SetBuildInfo("v0.1.0", "0123abc", "go1.26.1")
+	if n := testutil.CollectAndCount(m.buildInfo); n != 1 {
+		t.Fatalf("%d build_info series, want 1", n)
+	}
+	if got := testutil.ToFloat64(m.buildInfo.WithLabelValues("v0.1.0", "0123abc", "go1.26.1")); got != 1 {
+		t.Errorf("build_info = %v, want 1", got)
 	}
 }

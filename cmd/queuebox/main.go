@@ -17,9 +17,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 // usageError is a mistake in the command line itself (exit status 2).
 type usageError struct{ err error }
 
@@ -109,16 +106,4 @@ func noArgs(cmd *cobra.Command, args []string) error {
 		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args)
 	}
 	return nil
-}
-
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), "queuebox", version)
-			return nil
-		},
-	}
 }

@@ -89,6 +89,8 @@ type relayRuntime struct {
 // engine. On error, everything opened so far is closed.
 func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *relayRuntime, err error) {
 	rt := &relayRuntime{cfg: cfg, log: log, dests: map[string]destination.Destination{}, metrics: metrics.New()}
+	b := currentBuild()
+	rt.metrics.SetBuildInfo(b.Version, b.Revision, b.GoVersion)
 	defer func() {
 		if err != nil {
 			rt.Close()
@@ -289,7 +291,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		log.Info("management server listening", "addr", ln.Addr().String())
 	}
 
-	log.Info("relay started", "table", cfg.Database.OutboxTable, "destinations", len(rt.dests), "routes", len(cfg.Routes),
+	log.Info("relay started", "version", currentBuild().Version, "table", cfg.Database.OutboxTable, "destinations", len(rt.dests), "routes", len(cfg.Routes),
 		"batch_size", cfg.Relay.BatchSize, "max_inflight", cfg.Relay.MaxInflight, "lease", cfg.Relay.Lease.D())
 	go rt.refreshBacklog(ctx)
 	if p, ok := rt.db.Dialect.(dialect.Purger); ok && (cfg.Retention.Sent.MaxAge > 0 || cfg.Retention.Dead.MaxAge > 0) {
