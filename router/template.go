@@ -115,28 +115,64 @@ func (t *Template) Uses(field string) bool {
 	return false
 }
 
+// Placeholders returns the template's placeholders in order, as written
+// without braces: "topic", "key", "payload.customer.id".
+func (t *Template) Placeholders() []string {
+	var out []string
+	for _, p := range t.parts {
+		if p.field != "" {
+			out = append(out, p.name())
+		}
+	}
+	return out
+}
+
+func (p part) name() string {
+	if p.field == "payload" {
+		return "payload." + strings.Join(p.path, ".")
+	}
+	return p.field
+}
+
 // Render fills the template from m. A payload path that does not exist, or
 // a payload that is not a JSON object, is a permanent error: the same row
 // can never render.
 func (t *Template) Render(m *outbox.Message) (string, error) {
+	return t.RenderEscaped(m, nil)
+}
+
+// Escaper turns the value of a placeholder into the text written in its
+// place, or refuses it. i is the placeholder's position among the
+// template's placeholders (Placeholders()[i] is name), from 0.
+type Escaper func(i int, name, value string) (string, error)
+
+// RenderEscaped is Render with each placeholder's value passed through esc
+// (nil: written as it is), so that the destination owning the address can
+// escape a value for where it lands, or refuse it. A refusal is permanent
+// (the same row renders the same way on every attempt), and its error names
+// the template and the placeholder.
+func (t *Template) RenderEscaped(m *outbox.Message, esc Escaper) (string, error) {
 	if len(t.parts) == 1 && t.parts[0].field == "" {
 		return t.parts[0].literal, nil
 	}
 	var b strings.Builder
 	var payload any
 	var decoded bool
+	i := -1
 	for _, p := range t.parts {
+		var v string
 		switch p.field {
 		case "":
 			b.WriteString(p.literal)
+			continue
 		case "topic":
-			b.WriteString(m.Topic)
+			v = m.Topic
 		case "key":
-			b.WriteString(m.Key)
+			v = m.Key
 		case "aggregateType":
-			b.WriteString(m.AggregateType)
+			v = m.AggregateType
 		case "id":
-			b.WriteString(m.ID)
+			v = m.ID
 		case "payload":
 			if !decoded {
 				d := json.NewDecoder(bytes.NewReader(m.Payload))
@@ -146,12 +182,19 @@ func (t *Template) Render(m *outbox.Message) (string, error) {
 				}
 				decoded = true
 			}
-			v, err := lookup(payload, p.path)
-			if err != nil {
+			var err error
+			if v, err = lookup(payload, p.path); err != nil {
 				return "", outbox.Permanent(fmt.Errorf("template %q: %w", t.src, err))
 			}
-			b.WriteString(v)
 		}
+		i++
+		if esc != nil {
+			var err error
+			if v, err = esc(i, p.name(), v); err != nil {
+				return "", outbox.Permanent(fmt.Errorf("template %q: {{ %s }}: %w", t.src, p.name(), err))
+			}
+		}
+		b.WriteString(v)
 	}
 	return b.String(), nil
 }

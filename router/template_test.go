@@ -158,5 +158,17 @@ func FuzzTemplate(f *testing.F) {
 		if tpl.Static() && out != src {
 			t.Fatalf("static template %q rendered %q", src, out)
 		}
+		// A value escaped for a URL path stays one segment: no "/", "?"
+		// or "#" of its own, and never a dot-segment.
+		parts := tpl.URLParts()
+		if len(parts) != len(tpl.Placeholders()) {
+			t.Fatalf("%d URL parts for %d placeholders", len(parts), len(tpl.Placeholders()))
+		}
+		for _, v := range []string{string(payload), m.Key, m.Topic} {
+			esc, err := EscapeURLValue(URLPath, v)
+			if err != nil || strings.ContainsAny(esc, "/?#") || esc == "." || esc == ".." {
+				t.Fatalf("EscapeURLValue(path, %q) = %q, %v", v, esc, err)
+			}
+		}
 	})
 }
