@@ -144,7 +144,7 @@ func Default() *Config {
 				MaxOpenFor: Duration(30 * time.Second),
 			},
 		},
-		Server: Server{Listen: "127.0.0.1:9090"},
+		Server: Server{Listen: "127.0.0.1:9090", Readiness: ReadinessDatabase},
 		Log:    Log{Format: "text", Level: "info"},
 	}
 }

@@ -90,7 +90,7 @@ func TestGoodConfig(t *testing.T) {
 			ShutdownTimeout: Duration(20 * time.Second), ReapInterval: Duration(5 * time.Second), OnDead: "hold", ClaimMode: "auto", ClaimTurns: "table",
 			CircuitBreaker: Breaker{Failures: 5, OpenFor: Duration(5 * time.Second), MaxOpenFor: Duration(30 * time.Second)},
 		},
-		Server: Server{Listen: "0.0.0.0:9091"},
+		Server: Server{Listen: "0.0.0.0:9091", Readiness: ReadinessStrict},
 		Log:    Log{Format: "json", Level: "debug"},
 		Destinations: map[string]Destination{
 			"events": {
@@ -177,6 +177,7 @@ func TestDefaults(t *testing.T) {
 		"onDead":               {cfg.Relay.OnDead, "release"},
 		"claimTurns":           {cfg.Relay.ClaimTurns, "table"},
 		"server.listen":        {cfg.Server.Listen, "127.0.0.1:9090"},
+		"server.readiness":     {cfg.Server.Readiness, "database"},
 		"log.format":           {cfg.Log.Format, "text"},
 		"log.level":            {cfg.Log.Level, "info"},
 		"events.timeout":       {cfg.Destinations["events"].Timeout.D(), 10 * time.Second},

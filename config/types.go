@@ -116,7 +116,18 @@ type Server struct {
 	// Pprof serves the Go runtime profiles (net/http/pprof) under
 	// /debug/pprof/ on the management server.
 	Pprof bool `yaml:"pprof"`
+	// Readiness is what /health/ready answers 503 for: database (the
+	// default: the database is unreachable; a destination's outage shows
+	// in the body and the metrics only) or strict (also a destination that
+	// is down or whose circuit is open).
+	Readiness string `yaml:"readiness"`
 }
+
+// The values of server.readiness.
+const (
+	ReadinessDatabase = "database"
+	ReadinessStrict   = "strict"
+)
 
 // Log configures log/slog output.
 type Log struct {

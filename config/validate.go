@@ -305,6 +305,7 @@ func (v *validator) server() {
 			v.fail("server.listen", "must be host:port (or empty for no server), got %q", l)
 		}
 	}
+	v.oneOf("server.readiness", v.cfg.Server.Readiness, ReadinessDatabase, ReadinessStrict)
 }
 
 func (v *validator) log() {

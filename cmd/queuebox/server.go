@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/internal/redact"
@@ -31,12 +32,14 @@ func (rt *relayRuntime) managementHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, r *http.Request) {
 		ok, components := rt.ready(r.Context())
-		status := http.StatusOK
-		state := "up"
-		if !ok {
+		status, state := http.StatusOK, "up"
+		switch {
+		case !ok:
 			status, state = http.StatusServiceUnavailable, "down"
+		case !allUp(components):
+			state = "degraded" // ready, but a destination is down: its rows wait
 		}
-		writeJSON(w, status, map[string]any{"status": state, "components": components})
+		writeJSON(w, status, readyBody{Status: state, Readiness: rt.cfg.Server.Readiness, Components: components})
 	})
 	if rt.cfg.Server.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -48,18 +51,42 @@ func (rt *relayRuntime) managementHandler() http.Handler {
 	return mux
 }
 
+// readyBody is the JSON of /health/ready (docs/operations.md).
+type readyBody struct {
+	Status     string                     `json:"status"`    // up, degraded (ready, a destination down) or down
+	Readiness  string                     `json:"readiness"` // server.readiness: database or strict
+	Components map[string]componentHealth `json:"components"`
+}
+
 type componentHealth struct {
 	Status  string `json:"status"`
 	Error   string `json:"error,omitempty"`
 	Circuit string `json:"circuit,omitempty"` // destinations: closed, open or half-open
 }
 
-// ready checks the database and every destination that can be checked, in
-// parallel, each within healthTimeout.
+func allUp(components map[string]componentHealth) bool {
+	for _, c := range components {
+		if c.Status != "up" {
+			return false
+		}
+	}
+	return true
+}
+
+// ready reports whether the relay can do its job, and the state of each
+// component: the database (pinged) and each destination as the relay sees
+// it, through its circuit breaker. By default only the database decides:
+// a destination's outage must not make every replica unready, which would
+// stall a rolling update (of the fix, say) for as long as it lasts, while
+// the relay deals with the outage itself (the rows wait without spending
+// attempts). With server.readiness: strict every destination that can be
+// checked is also checked (a connection, an HTTP TCP dial), and any
+// component down fails readiness. Checks run in parallel, each within
+// healthTimeout.
 func (rt *relayRuntime) ready(ctx context.Context) (bool, map[string]componentHealth) {
+	strict := rt.cfg.Server.Readiness == config.ReadinessStrict
 	var mu sync.Mutex
 	out := map[string]componentHealth{}
-	allOK := true
 	check := func(name string, fn func(context.Context) error) {
 		cctx, cancel := context.WithTimeout(ctx, healthTimeout)
 		defer cancel()
@@ -69,44 +96,35 @@ func (rt *relayRuntime) ready(ctx context.Context) (bool, map[string]componentHe
 		}
 		mu.Lock()
 		out[name] = h
-		if h.Status != "up" {
-			allOK = false
-		}
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		check("database", func(ctx context.Context) error { return rt.db.Ping(ctx) })
-	}()
-	for name, d := range rt.dests {
-		c, ok := d.(destination.Checker)
-		if !ok {
-			continue
+	wg.Go(func() { check("database", func(ctx context.Context) error { return rt.db.Ping(ctx) }) })
+	if strict {
+		for name, d := range rt.dests {
+			if c, ok := d.(destination.Checker); ok {
+				wg.Go(func() { check("destination."+name, c.Check) })
+			}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			check("destination."+name, c.Check)
-		}()
 	}
 	wg.Wait()
 	if rt.engine != nil {
 		for name, st := range rt.engine.Circuits() {
 			h := out["destination."+name]
 			if h.Status == "" {
-				h.Status = "up" // no reachability check: the circuit says what is known
+				h.Status = "up" // not checked: the circuit says what is known
 				if st != relay.BreakerClosed {
 					h.Status = "down"
-					allOK = false
 				}
 			}
 			h.Circuit = st.String()
 			out["destination."+name] = h
 		}
 	}
-	return allOK, out
+	if strict {
+		return allUp(out), out
+	}
+	return out["database"].Status == "up", out
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
