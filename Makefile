@@ -4,6 +4,9 @@ GO ?= go
 BIN := bin/queuebox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# In a git checkout the binary also records its commit and the commit's time
+# (queuebox version), even where GOFLAGS turns VCS stamping off.
+BUILDVCS := $(if $(wildcard .git),-buildvcs=true)
 # Integration tests use real PostgreSQL, NATS and RabbitMQ (see docs/testing.md).
 TEST_FLAGS ?= -count=1 -timeout 12m
 
@@ -15,7 +18,7 @@ help: ## Show this help.
 
 .PHONY: build
 build: ## Build bin/queuebox.
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/queuebox
+	$(GO) build $(BUILDVCS) -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/queuebox
 
 .PHONY: test
 test: ## Run the whole test suite (unit + integration against real services).
@@ -65,3 +68,34 @@ demo: build ## Run the demo pipeline (needs only a reachable PostgreSQL).
 .PHONY: services
 services: ## Start the local services the tests need, when they are down.
 	./.ci/services
+
+# --- packaging (docs/deploying.md) ---
+DIST ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+IMAGE ?= queuebox:$(subst +,-,$(VERSION))
+CONTAINER_ENGINE ?= $(shell command -v docker >/dev/null 2>&1 && echo docker || echo podman)
+IMAGE_PLATFORM ?= linux/$(shell $(GO) env GOARCH)
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+HELM ?= $(GO) run helm.sh/helm/v4/cmd/helm@v4.3.2
+
+.PHONY: release
+release: ## Build reproducible archives for PLATFORMS into DIST (default dist/) with SHA256SUMS; VERSION=v0.1.0.
+	./scripts/release.sh "$(VERSION)" "$(DIST)" $(PLATFORMS)
+
+.PHONY: image
+image: ## Build the container image IMAGE from the release binary (CONTAINER_ENGINE=docker|podman, IMAGE_PLATFORM=linux/amd64).
+	./scripts/release.sh -b "$(VERSION)" "$(DIST)" $(IMAGE_PLATFORM)
+	install -m 0644 "$(CA_BUNDLE)" "$(DIST)/ca-certificates.crt"
+	$(CONTAINER_ENGINE) build --platform "$(IMAGE_PLATFORM)" \
+	  --build-arg VERSION="$(VERSION)" --build-arg REVISION="$$(git rev-parse HEAD)" \
+	  --build-arg CREATED="$$(TZ=UTC git log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd)" \
+	  -t "$(IMAGE)" -f Dockerfile .
+
+.PHONY: test-release
+test-release: ## Check that two builds of HEAD give the same SHA256SUMS (scripts/test-release.sh).
+	./scripts/test-release.sh
+
+.PHONY: test-image
+test-image: ## Build the image with podman and run it read-only against PostgreSQL and a webhook.
+	$(MAKE) image IMAGE=queuebox:test CONTAINER_ENGINE=podman
+	QUEUEBOX_TEST_IMAGE=queuebox:test $(GO) test -count=1 -v -run '^TestImage$$' ./deploy/
