@@ -29,11 +29,15 @@ type TokenRule struct {
 // free of whitespace and not a wildcard.
 func (r TokenRule) Check(value string) error {
 	if !r.Span {
-		if i := strings.IndexFunc(value, func(c rune) bool {
-			return c == '.' || unicode.IsSpace(c) || strings.ContainsRune(r.Wildcards, c)
-		}); i >= 0 {
-			c, _ := firstRune(value[i:])
-			return fmt.Errorf("value %q holds %q: a value is one token, and this would add tokens or a wildcard", value, c)
+		for _, c := range value {
+			switch {
+			case c == '.':
+				return fmt.Errorf("value %q holds \".\", which would add tokens: a value is one token", value)
+			case unicode.IsSpace(c):
+				return fmt.Errorf("value %q holds whitespace", value)
+			case strings.ContainsRune(r.Wildcards, c):
+				return fmt.Errorf("value %q holds the wildcard %q: a value is one token", value, c)
+			}
 		}
 		return nil
 	}
@@ -86,7 +90,10 @@ func (p URLPart) String() string {
 }
 
 // URLParts returns, for each placeholder of t in order, the part of the URL
-// it lands in, read from the literal text before it.
+// it lands in, read from the literal text before it. After a value in the
+// scheme, which may hold a scheme and host of its own, the literal text
+// that follows is read as if it came after the host
+// ("{{ payload.base }}/hooks/{{ key }}": the key is in the path).
 func (t *Template) URLParts() []URLPart {
 	var out []URLPart
 	at := URLScheme
@@ -94,6 +101,9 @@ func (t *Template) URLParts() []URLPart {
 		if p.field != "" {
 			out = append(out, at)
 			continue
+		}
+		if at == URLScheme && len(out) > 0 && !strings.Contains(p.literal, "://") {
+			at = URLAuthority
 		}
 		at = advanceURLPart(at, p.literal)
 	}

@@ -61,6 +61,8 @@ func TestURLParts(t *testing.T) {
 		{"http://{{ payload.tenant }}.example.com/x", []URLPart{URLAuthority}},
 		{"http://h{{ key }}", []URLPart{URLAuthority}},
 		{"{{ payload.url }}", []URLPart{URLScheme}},
+		{"{{ payload.base }}/hooks/{{ key }}?k={{ key }}", []URLPart{URLScheme, URLPath, URLQuery}},
+		{"{{ payload.scheme }}://{{ payload.host }}/{{ key }}", []URLPart{URLScheme, URLAuthority, URLPath}},
 		{"http{{ key }}://h/", []URLPart{URLScheme}},
 		{"https://h?x={{ key }}", []URLPart{URLQuery}},
 		{"https://h#{{ key }}", []URLPart{URLFragment}},
