@@ -40,3 +40,22 @@ func TestErrorAt(t *testing.T) {
 		}
 	}
 }
+
+func TestHeaderFilter(t *testing.T) {
+	var dropped []string
+	f := destination.NewHeaderFilter([]string{"Nats-TTL", "x-delay", "X-Message-Id"}, func(n string) { dropped = append(dropped, n) })
+	for name, want := range map[string]bool{"nats-ttl": true, "X-DELAY": true, "x-death": false, "x-message-id": false, "Nats-Msg-Id": false} {
+		if got := f.Allowed(name); got != want {
+			t.Errorf("Allowed(%q) = %v, want %v", name, got, want)
+		}
+	}
+	f.Dropped("CC")
+	var none *destination.HeaderFilter
+	if none.Allowed("x-delay") {
+		t.Error("a nil filter allows")
+	}
+	none.Dropped("CC")
+	if len(dropped) != 1 || dropped[0] != "CC" {
+		t.Errorf("dropped %v", dropped)
+	}
+}

@@ -97,6 +97,22 @@ type Options struct {
 	// fail as unavailable and the connection is closed, so that a write
 	// blocked on it returns. 0: DefaultConfirmTimeout.
 	ConfirmTimeout time.Duration
+	// RoutingKeyTokens lets a value rendered into the exchange or the
+	// routing key span several words (config routingKeyTokens: allow).
+	// Off, each value of those templates other than {{ topic }} must be
+	// one word: a value with a ".", "*", "#" or whitespace makes the row
+	// dead with the reason.
+	RoutingKeyTokens bool
+	// AllowHeaders are row headers sent although the policy drops them
+	// (an x- header, CC, BCC), in any case. The headers queuebox sets are
+	// never replaced by a row.
+	AllowHeaders []string
+	// OnDroppedHeader is called with the name of each row header not
+	// sent (nil: not reported).
+	OnDroppedHeader func(name string)
+	// Secrets are removed from the text of errors that quote a bounded
+	// part of a row value (a routing key too long to show whole).
+	Secrets []string
 }
 
 // Destination publishes outbox messages to RabbitMQ.
@@ -106,6 +122,9 @@ type Destination struct {
 	redacted string
 	exchange *router.Template
 	rkey     *router.Template
+	tokens   router.TokenRule
+	filter   *destination.HeaderFilter
+	secrets  []string
 
 	// dial is replaced by tests to reach the TCP connection.
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -187,6 +206,9 @@ func newDestination(ctx context.Context, opts Options, log *slog.Logger, dial fu
 		redacted: red,
 		exchange: ex,
 		rkey:     rk,
+		tokens:   router.TokenRule{Span: opts.RoutingKeyTokens, Wildcards: "*#"},
+		filter:   destination.NewHeaderFilter(opts.AllowHeaders, opts.OnDroppedHeader),
+		secrets:  append(append([]string(nil), opts.Secrets...), uri.Password),
 		known:    map[string]bool{},
 		dial:     dial,
 		waitClose: func(dead <-chan struct{}) {
@@ -219,8 +241,46 @@ func redactURI(u amqp.URI) string {
 	return s
 }
 
-// Properties returns the AMQP message Publish sends for m.
-func Properties(m *outbox.Message) amqp.Publishing {
+// Properties returns the AMQP message Publish sends for m, under the
+// default row-header policy (no allowHeaders).
+func Properties(m *outbox.Message) amqp.Publishing { return properties(m, nil) }
+
+func (d *Destination) properties(m *outbox.Message) amqp.Publishing { return properties(m, d.filter) }
+
+// addressValue checks a value rendered into the exchange or the routing
+// key: one word, unless routingKeyTokens: allow. The topic is exempt: it
+// is a dotted name by contract, and its route's pattern matched its
+// tokens.
+func (d *Destination) addressValue(_ int, name, v string) (string, error) {
+	if name == "topic" {
+		return v, nil
+	}
+	if err := d.tokens.Check(v); err != nil {
+		if !d.tokens.Span {
+			return "", fmt.Errorf("%w (set routingKeyTokens: allow to let values span routing-key words)", err)
+		}
+		return "", err
+	}
+	return v, nil
+}
+
+// dropHeader reports whether row header k is not sent: the headers
+// queuebox sets (any case), always; RabbitMQ's
+// reserved x- namespace (x-delay, x-death, x-match,
+// x-deduplication-header: RabbitMQ and its plugins read them by their
+// exact, lower-case name) and the sender-selected distribution headers CC
+// and BCC (any case: they route a copy to other queues), unless allowed.
+func dropHeader(k string, f *destination.HeaderFilter) bool {
+	switch {
+	case strings.EqualFold(k, HeaderTopic), strings.EqualFold(k, HeaderAttempt), strings.EqualFold(k, HeaderMessageKey):
+		return true
+	case strings.HasPrefix(k, "x-"), strings.EqualFold(k, "CC"), strings.EqualFold(k, "BCC"):
+		return !f.Allowed(k)
+	}
+	return false
+}
+
+func properties(m *outbox.Message, f *destination.HeaderFilter) amqp.Publishing {
 	h := amqp.Table{
 		HeaderTopic:   m.Topic,
 		HeaderAttempt: int64(m.Attempt),
@@ -228,12 +288,13 @@ func Properties(m *outbox.Message) amqp.Publishing {
 	if m.Key != "" {
 		h[HeaderMessageKey] = m.Key
 	}
-	// Row headers are added unless named like one of the relay's own (any
-	// case), as on the NATS and HTTP destinations: x-attempt is 0 on the
-	// first delivery (contract §4), and no row can say otherwise. The
-	// identity is the message_id property, which no header can reach.
+	// Row headers are added unless the policy drops them (dropHeader):
+	// x-attempt is 0 on the first delivery (contract §4), and no row can
+	// say otherwise. The identity is the message_id property, which no
+	// header can reach.
 	for k, v := range m.Headers {
-		if strings.EqualFold(k, HeaderTopic) || strings.EqualFold(k, HeaderAttempt) || strings.EqualFold(k, HeaderMessageKey) {
+		if dropHeader(k, f) {
+			f.Dropped(k)
 			continue
 		}
 		h[k] = v

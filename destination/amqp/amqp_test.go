@@ -179,7 +179,7 @@ func TestExchangeFromAggregateType(t *testing.T) {
 	adm.Exchange(exA, "topic")
 	adm.Exchange(exB, "topic")
 	qa, qb := adm.Queue("qa", exA, "#"), adm.Queue("qb", exB, "#")
-	d := newDest(t, amqp.Options{URL: url, Exchange: "{{ aggregateType }}"})
+	d := newDest(t, amqp.Options{URL: url, Exchange: "{{ aggregateType }}", RoutingKeyTokens: true}) // the test's exchange names hold dots
 	ctx := testenv.Context(t, 20*time.Second)
 
 	batch := []outbox.Message{msg(0, "x.1", ""), msg(1, "x.2", ""), msg(2, "x.3", ""), msg(3, "x.4", "")}
@@ -414,6 +414,7 @@ func TestConformance(t *testing.T) {
 		OrderedPerKey:    true,
 		FailureInjection: true,
 		MissingTarget:    true,
+		ControlHeaders:   []string{"x-delay", "x-death", "x-match", "CC", "BCC", "X-ATTEMPT"},
 	})
 }
 
@@ -485,7 +486,7 @@ func TestRefusedMessageFailsAlone(t *testing.T) {
 	bad := testenv.AMQPName(t, "internal")
 	adm.InternalExchange(bad, "topic")
 
-	d := newDest(t, amqp.Options{URL: url, Exchange: "{{ aggregateType }}"})
+	d := newDest(t, amqp.Options{URL: url, Exchange: "{{ aggregateType }}", RoutingKeyTokens: true}) // the test's exchange names hold dots
 	ctx := testenv.Context(t, 30*time.Second)
 	// First a hundred messages for an exchange that does not exist: they
 	// fail its check before anything is published, on their own, and are

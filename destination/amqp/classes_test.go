@@ -103,7 +103,7 @@ func (c *counted) delivered(t *testing.T, want []outbox.Message) {
 // unavailable", the circuit opened, and every probe carried the same row.
 func TestWhatAMQPCannotCarryIsPermanent(t *testing.T) {
 	t.Parallel()
-	c := newCounted(t, "cannot", amqp.Options{RoutingKey: "{{ key }}", Exchange: "{{ aggregateType }}"})
+	c := newCounted(t, "cannot", amqp.Options{RoutingKey: "{{ key }}", Exchange: "{{ aggregateType }}", RoutingKeyTokens: true})
 	ctx := testenv.Context(t, 30*time.Second)
 	good := func(i int) outbox.Message {
 		m := msg(i, "t", fmt.Sprintf("k%d", i))

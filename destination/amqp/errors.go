@@ -6,6 +6,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -35,14 +36,14 @@ const (
 )
 
 // checkAddress reports an exchange or routing key that AMQP cannot carry.
-func checkAddress(a addr) error {
+func checkAddress(a addr, secrets []string) error {
 	switch {
 	case len(a.exchange) > maxShortString:
 		return outbox.Permanent(fmt.Errorf("amqp: exchange name of %d bytes (%s) is longer than AMQP's %d-byte limit for names",
-			len(a.exchange), prefix(a.exchange), maxShortString))
+			len(a.exchange), prefix(a.exchange, secrets), maxShortString))
 	case len(a.key) > maxShortString:
 		return outbox.Permanent(fmt.Errorf("amqp: routing key of %d bytes (%s) is longer than AMQP's %d-byte limit for routing keys",
-			len(a.key), prefix(a.key), maxShortString))
+			len(a.key), prefix(a.key, secrets), maxShortString))
 	}
 	return nil
 }
@@ -51,14 +52,14 @@ func checkAddress(a addr) error {
 // or message_id longer than a short string, or a content header (the
 // properties and every header) larger than the connection's frame_max,
 // which must hold it in one frame.
-func checkProperties(p *amqp.Publishing, frameMax int) error {
+func checkProperties(p *amqp.Publishing, frameMax int, secrets []string) error {
 	if len(p.MessageId) > maxShortString {
 		return outbox.Permanent(fmt.Errorf("amqp: message id of %d bytes is longer than AMQP's %d-byte limit", len(p.MessageId), maxShortString))
 	}
 	for k := range p.Headers {
 		if len(k) > maxShortString {
 			return outbox.Permanent(fmt.Errorf("amqp: header name of %d bytes (%s) is longer than AMQP's %d-byte limit for header names",
-				len(k), prefix(k), maxShortString))
+				len(k), prefix(k, secrets), maxShortString))
 		}
 	}
 	if n := contentHeaderFrameSize(p); frameMax > 0 && n > frameMax {
@@ -115,13 +116,10 @@ func contentHeaderFrameSize(p *amqp.Publishing) int {
 	return n
 }
 
-// prefix quotes the start of s, for errors about a value too long to show.
-func prefix(s string) string {
-	const show = 32
-	if len(s) <= show {
-		return fmt.Sprintf("%q", s)
-	}
-	return fmt.Sprintf("%q...", s[:show])
+// prefix quotes the start of s, for errors about a value too long to
+// show, redacted before it is cut.
+func prefix(s string, secrets []string) string {
+	return fmt.Sprintf("%q", redact.Bounded(s, 32, secrets...))
 }
 
 // exchangeError classifies the failure of an exchange's declaration or

@@ -31,3 +31,16 @@ func Blocked(d *Destination) bool {
 	defer d.mu.Unlock()
 	return d.alarm != nil && d.alarm.active()
 }
+
+// PropertiesOf returns the message d publishes for m, under its row-header
+// policy.
+func PropertiesOf(d *Destination, m *outbox.Message) amqp.Publishing { return d.properties(m) }
+
+// Address renders the exchange and routing key of m as d does.
+func Address(d *Destination, m *outbox.Message) (exchange, key string, err error) {
+	if exchange, err = d.exchange.RenderEscaped(m, d.addressValue); err != nil {
+		return "", "", err
+	}
+	key, err = d.rkey.RenderEscaped(m, d.addressValue)
+	return exchange, key, err
+}

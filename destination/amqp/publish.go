@@ -22,16 +22,16 @@ func (d *Destination) publish(ctx context.Context, msgs []outbox.Message) []erro
 	pubs := make([]amqp.Publishing, len(msgs))
 	todo := make([]bool, len(msgs))
 	for i := range msgs {
-		ex, err := d.exchange.Render(&msgs[i])
+		ex, err := d.exchange.RenderEscaped(&msgs[i], d.addressValue)
 		if err == nil {
 			addrs[i].exchange = ex
-			addrs[i].key, err = d.rkey.Render(&msgs[i])
+			addrs[i].key, err = d.rkey.RenderEscaped(&msgs[i], d.addressValue)
 		}
 		if err == nil {
-			err = checkAddress(addrs[i])
+			err = checkAddress(addrs[i], d.secrets)
 		}
 		if err == nil {
-			pubs[i] = Properties(&msgs[i])
+			pubs[i] = d.properties(&msgs[i])
 			if d.adjust != nil {
 				d.adjust(&msgs[i], &pubs[i])
 			}
@@ -57,7 +57,7 @@ func (d *Destination) publish(ctx context.Context, msgs []outbox.Message) []erro
 	}
 	for i := range msgs {
 		if todo[i] {
-			if errs[i] = checkProperties(&pubs[i], s.frameMax); errs[i] != nil {
+			if errs[i] = checkProperties(&pubs[i], s.frameMax, d.secrets); errs[i] != nil {
 				todo[i] = false
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -276,5 +277,68 @@ func TestRowHeadersCannotReplaceTheRelays(t *testing.T) {
 	}
 	if len(h) != 4 {
 		t.Errorf("headers %v, want x-topic, x-attempt, x-message-key and tenant only", h)
+	}
+}
+
+// TestRowHeaderPolicy: RabbitMQ's reserved x- headers and the
+// distribution headers CC and BCC are dropped from row headers and
+// reported, unless allowHeaders names them; queuebox's own never pass.
+func TestRowHeaderPolicy(t *testing.T) {
+	var dropped []string
+	d, err := amqp.New(context.Background(), amqp.Options{URL: "amqp://guest:guest@" + testenv.ClosedPort(t) + "/", Exchange: "x",
+		DialTimeout: 200 * time.Millisecond, AllowHeaders: []string{"X-DELAY", "x-attempt"},
+		OnDroppedHeader: func(name string) { dropped = append(dropped, name) }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	m := outbox.Message{ID: "5f0c6f0e-8a53-4d47-9a4e-2a7f6a3e9b11", Topic: "a.b", Headers: map[string]string{
+		"x-delay": "60000", "x-death": "[]", "x-deduplication-header": "k", "x-match": "any", "CC": "other-queue", "bcc": "q",
+		"x-attempt": "9", "X-Trace": "trace-1", "tenant": "acme"}}
+	h := amqp.PropertiesOf(d, &m).Headers
+	want := map[string]any{"x-topic": "a.b", "x-attempt": int64(0), "x-delay": "60000", "X-Trace": "trace-1", "tenant": "acme"}
+	if len(h) != len(want) {
+		t.Errorf("headers %v, want %v", h, want)
+	}
+	for k, v := range want {
+		if h[k] != v {
+			t.Errorf("header %s = %v, want %v", k, h[k], v)
+		}
+	}
+	slices.Sort(dropped)
+	if !slices.Equal(dropped, []string{"CC", "bcc", "x-attempt", "x-death", "x-deduplication-header", "x-match"}) {
+		t.Errorf("dropped %v", dropped)
+	}
+}
+
+// TestAddressValues: a value rendered into the exchange or routing key,
+// other than the topic, is one word unless routingKeyTokens: allow; the
+// wildcard words and empty words are refused either way.
+func TestAddressValues(t *testing.T) {
+	for _, tt := range []struct {
+		span      bool
+		key, want string
+	}{
+		{false, "customer-42", "orders.customer-42"},
+		{false, "eu.west", ""},
+		{false, "#", ""},
+		{false, "a*", ""},
+		{true, "eu.west", "orders.eu.west"},
+		{true, "eu.#", ""},
+		{true, "eu..west", ""},
+	} {
+		d, err := amqp.New(context.Background(), amqp.Options{URL: "amqp://guest:guest@" + testenv.ClosedPort(t) + "/", Exchange: "ex",
+			RoutingKey: "{{ topic }}.{{ key }}", RoutingKeyTokens: tt.span, DialTimeout: 200 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, key, err := amqp.Address(d, &outbox.Message{ID: "id", Topic: "orders", Key: tt.key})
+		switch {
+		case tt.want != "" && (err != nil || key != tt.want):
+			t.Errorf("key %q (span %v): %q, %v; want %q", tt.key, tt.span, key, err, tt.want)
+		case tt.want == "" && !outbox.IsPermanent(err):
+			t.Errorf("key %q (span %v): %q, %v; want a permanent refusal", tt.key, tt.span, key, err)
+		}
+		_ = d.Close()
 	}
 }

@@ -121,6 +121,11 @@ type Features struct {
 	// SlowInjection: Harness.Slow is set, and a message whose answer is
 	// held does not delay the done calls of the others (Streamer).
 	SlowInjection bool
+	// ControlHeaders are row header names the adapter must not deliver
+	// (its protocol's control headers, which would steer the broker or
+	// the request): a row carrying them, each with the value "control",
+	// is delivered without them.
+	ControlHeaders []string
 	// BatchSize of the no-loss test; 0 means 500.
 	BatchSize int
 	// Timeout bounds each wait for messages; 0 means 20s.
@@ -148,6 +153,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness, f Features) {
 		{"IdentityAndBody", s.identityAndBody, ""},
 		{"Headers", s.headers, ""},
 		{"RowHeadersCannotOverrideIdentity", s.rowHeadersCannotOverrideIdentity, ""},
+		{"RowControlHeadersDropped", s.rowControlHeadersDropped, skipUnless(len(f.ControlHeaders) > 0, "ControlHeaders")},
 		{"LargeBatchNoLoss", s.largeBatch, ""},
 		{"OrderWithinKey", s.orderWithinKey, skipUnless(f.OrderedPerKey, "OrderedPerKey")},
 		{"CancelledContext", s.cancelledContext, ""},
@@ -383,6 +389,31 @@ func (s *suite) rowHeadersCannotOverrideIdentity(t *testing.T) {
 			if v, _ := r.Header(name); v != m.ID {
 				t.Errorf("message %s: identity header %s = %q, want the id (row header must not override it)", m.ID, name, v)
 			}
+		}
+	}
+}
+
+func (s *suite) rowControlHeadersDropped(t *testing.T) {
+	h := s.harness(t)
+	msgs := make([]outbox.Message, 3)
+	for i := range msgs {
+		msgs[i] = s.message(h, i)
+		msgs[i].Headers["X-Trace"] = "trace-" + strconv.Itoa(i)
+		for _, name := range s.f.ControlHeaders {
+			msgs[i].Headers[name] = "control"
+		}
+	}
+	s.publish(t, h, msgs)
+	got, _ := s.collect(t, h, msgs)
+	for _, m := range msgs {
+		r := got[m.ID]
+		for _, name := range s.f.ControlHeaders {
+			if v, ok := r.Header(name); ok && v == "control" {
+				t.Errorf("message %s: control header %s arrived from the row", m.ID, name)
+			}
+		}
+		if v, _ := r.Header("X-Trace"); v != m.Headers["X-Trace"] {
+			t.Errorf("message %s: X-Trace = %q, want %q", m.ID, v, m.Headers["X-Trace"])
 		}
 	}
 }

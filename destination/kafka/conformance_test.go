@@ -44,6 +44,7 @@ func TestConformance(t *testing.T) {
 		PermanentInjection: true,
 		MissingTarget:      true,
 		IdentityHeaders:    []string{kafka.HeaderMessageID},
+		ControlHeaders:     []string{"x-attempt", "X-TOPIC"},
 	})
 }
 

@@ -103,6 +103,14 @@ type Options struct {
 	MaxAttempts  int           // produce attempts inside one Publish
 	DialTimeout  time.Duration
 	ClientID     string
+
+	// AllowHeaders is accepted for the same key on every destination:
+	// Kafka has no broker control headers, so it lets nothing more
+	// through. A row header named like one queuebox sets is never sent.
+	AllowHeaders []string
+	// OnDroppedHeader is called with the name of each row header not
+	// sent (nil: not reported).
+	OnDroppedHeader func(name string)
 }
 
 // Destination writes outbox messages to Kafka.
@@ -115,6 +123,7 @@ type Destination struct {
 	transport *kafkago.Transport
 	brokers   []string
 	create    bool
+	filter    *destination.HeaderFilter
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -204,6 +213,7 @@ func New(opts Options, log *slog.Logger) (*Destination, error) {
 		transport: transport,
 		brokers:   append([]string(nil), opts.Brokers...),
 		create:    opts.CreateTopics,
+		filter:    destination.NewHeaderFilter(opts.AllowHeaders, opts.OnDroppedHeader),
 	}, nil
 }
 
@@ -239,7 +249,7 @@ func (d *Destination) Record(m *outbox.Message) (kafkago.Message, error) {
 	if err != nil {
 		return kafkago.Message{}, err
 	}
-	rec := kafkago.Message{Topic: topic, Value: m.Payload, Headers: Headers(m)}
+	rec := kafkago.Message{Topic: topic, Value: m.Payload, Headers: headers(m, d.filter)}
 	if key != "" {
 		rec.Key = []byte(key)
 	}
@@ -251,7 +261,16 @@ func (d *Destination) Record(m *outbox.Message) (kafkago.Message, error) {
 // one of the three (any case) is dropped, as on the NATS and HTTP
 // destinations: X-Attempt is 0 on the first delivery (contract §4), and no
 // row can say otherwise.
-func Headers(m *outbox.Message) []kafkago.Header {
+func Headers(m *outbox.Message) []kafkago.Header { return headers(m, nil) }
+
+// ownHeader reports a header name queuebox sets on every record, in any
+// case: a row header of that name is never sent.
+func ownHeader(k string) bool {
+	return strings.EqualFold(k, HeaderMessageID) || strings.EqualFold(k, HeaderTopic) || strings.EqualFold(k, HeaderAttempt)
+}
+
+// headers is Headers reporting each row header dropped to f.
+func headers(m *outbox.Message, f *destination.HeaderFilter) []kafkago.Header {
 	hs := make([]kafkago.Header, 0, 3+len(m.Headers))
 	hs = append(hs,
 		kafkago.Header{Key: HeaderMessageID, Value: []byte(m.ID)},
@@ -259,9 +278,11 @@ func Headers(m *outbox.Message) []kafkago.Header {
 		kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(m.Attempt))})
 	names := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {
-		if !strings.EqualFold(k, HeaderMessageID) && !strings.EqualFold(k, HeaderTopic) && !strings.EqualFold(k, HeaderAttempt) {
-			names = append(names, k)
+		if ownHeader(k) {
+			f.Dropped(k)
+			continue
 		}
+		names = append(names, k)
 	}
 	slices.Sort(names)
 	for _, k := range names {

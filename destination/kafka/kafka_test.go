@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -447,5 +448,34 @@ func TestClassify(t *testing.T) {
 	}
 	if kafka.Classify(nil) != nil {
 		t.Error("Classify(nil) != nil")
+	}
+}
+
+// TestRowHeadersNamedLikeTheRelaysAreDropped: a row header named like one
+// queuebox sets (any case) is not sent and is reported by name; the
+// record carries the relay's value.
+func TestRowHeadersNamedLikeTheRelaysAreDropped(t *testing.T) {
+	var dropped []string
+	d, err := kafka.New(kafka.Options{Brokers: []string{"127.0.0.1:1"}, Topic: "t", OnDroppedHeader: func(name string) { dropped = append(dropped, name) }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	m := outbox.Message{ID: "id-1", Topic: "a.b", Payload: []byte(`{}`),
+		Headers: map[string]string{"x-attempt": "7", "X-MESSAGE-ID": "forged", "x-topic": "spoofed", "tenant": "acme"}}
+	rec, err := d.Record(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, h := range rec.Headers {
+		got[h.Key] = string(h.Value)
+	}
+	if len(rec.Headers) != 4 || got["X-Message-Id"] != "id-1" || got["X-Attempt"] != "0" || got["X-Topic"] != "a.b" || got["tenant"] != "acme" {
+		t.Errorf("headers %v", rec.Headers)
+	}
+	slices.Sort(dropped)
+	if !slices.Equal(dropped, []string{"X-MESSAGE-ID", "x-attempt", "x-topic"}) {
+		t.Errorf("dropped %v", dropped)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -240,12 +241,12 @@ func (l *lookups) get(key string, ask func(ctx context.Context) string) string {
 // validSubject rejects subjects NATS cannot publish to: empty, with
 // whitespace, empty tokens or wildcards, or too long for the protocol
 // line. Such a row never publishes.
-func validSubject(s string) error {
+func validSubject(s string, secrets []string) error {
 	if s == "" {
 		return outbox.Permanent(errors.New("rendered subject is empty"))
 	}
 	if len(s) > maxSubjectBytes {
-		return outbox.Permanent(fmt.Errorf("subject of %d bytes (%q...) is longer than %d bytes, which the server's protocol line cannot carry", len(s), s[:32], maxSubjectBytes))
+		return outbox.Permanent(fmt.Errorf("subject of %d bytes (%q) is longer than %d bytes, which the server's protocol line cannot carry", len(s), redact.Bounded(s, 32, secrets...), maxSubjectBytes))
 	}
 	if strings.ContainsAny(s, " \t\r\n") {
 		return outbox.Permanent(fmt.Errorf("subject %q contains whitespace", s))

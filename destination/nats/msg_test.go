@@ -1,9 +1,13 @@
 package nats
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/router"
 )
 
 // TestNatsMsgHeaders: the row's headers and the relay's own each carry
@@ -42,5 +46,112 @@ func BenchmarkNatsMsg(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _, _ = d.natsMsg("outbox.orders.created", m)
+	}
+}
+
+// TestRowHeaderPolicy: the broker control headers a row could use to steer
+// JetStream are dropped and reported by name: every Nats-* header in any
+// case (unless allowed), any header whose name holds Msg-Id or whose value
+// names Nats-Msg-Id (never allowed: NATS 2.9 finds the message id by
+// searching the header block, and such a header hides it). Other row
+// headers pass.
+func TestRowHeaderPolicy(t *testing.T) {
+	var dropped []string
+	d := &Destination{name: "t", headers: destination.NewHeaderFilter([]string{"nats-ttl", "X-Nats-Msg-Id", "Nats-Msg-Id"},
+		func(name string) { dropped = append(dropped, name) })}
+	m := &outbox.Message{ID: "id-1", Topic: "orders.created", Payload: []byte(`{}`), Headers: map[string]string{
+		"Nats-Expected-Stream":      "WRONG",
+		"nats-expected-last-seq":    "3",
+		"NATS-ROLLUP":               "all",
+		"Nats-Schedule":             "@every 1s",
+		"X-Nats-Msg-Id":             "forged",
+		"x-msg-id":                  "forged",
+		"Nats-Msg-Id":               "forged",
+		"X-Note":                    "see Nats-Msg-Id",
+		"X-Lower":                   "nats-msg-id:x",
+		"Nats-TTL":                  "5s",
+		"traceparent":               "00-abc-def-01",
+		"X-Topic":                   "spoofed",
+		"X-Something-Natsy-Msg-Ids": "x",
+	}}
+	msg, _, err := d.natsMsg("subj", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"Nats-TTL", "traceparent"} {
+		if got := msg.Header.Get(k); got != m.Headers[k] {
+			t.Errorf("header %s = %q, want %q", k, got, m.Headers[k])
+		}
+	}
+	if got := msg.Header.Get(HeaderMsgID); got != "id-1" || len(msg.Header[HeaderMsgID]) != 1 {
+		t.Errorf("Nats-Msg-Id = %q", msg.Header[HeaderMsgID])
+	}
+	if got := msg.Header.Get(HeaderTopic); got != "orders.created" {
+		t.Errorf("X-Topic = %q", got)
+	}
+	want := []string{"NATS-ROLLUP", "Nats-Expected-Stream", "Nats-Msg-Id", "Nats-Schedule", "X-Lower", "X-Nats-Msg-Id", "X-Note",
+		"X-Something-Natsy-Msg-Ids", "X-Topic", "nats-expected-last-seq", "x-msg-id"}
+	slices.Sort(dropped)
+	if !slices.Equal(dropped, want) {
+		t.Errorf("dropped %v, want %v", dropped, want)
+	}
+	if len(msg.Header) != 5 { // Nats-TTL, traceparent and the three of the relay
+		t.Errorf("headers sent: %v", msg.Header)
+	}
+}
+
+// TestWhatHidesTheMessageIDIsPermanent: a topic or key holding the text
+// Nats-Msg-Id would hide the real header from a 2.9 server, and a header
+// name NATS cannot carry is refused; both before the publish.
+func TestWhatHidesTheMessageIDIsPermanent(t *testing.T) {
+	d := &Destination{name: "t"}
+	for _, m := range []*outbox.Message{
+		{ID: "id", Topic: "a.b", Key: "k Nats-Msg-Id: 1", Payload: []byte(`{}`)},
+		{ID: "id", Topic: "a.nats-msg-id", Payload: []byte(`{}`)},
+		{ID: "id", Topic: "a.b", Payload: []byte(`{}`), Headers: map[string]string{"X Bad": "v"}},
+		{ID: "id", Topic: "a.b", Payload: []byte(`{}`), Headers: map[string]string{"X:Bad": "v"}},
+	} {
+		if _, _, err := d.natsMsg("subj", m); !outbox.IsPermanent(err) {
+			t.Errorf("natsMsg(%+v) = %v, want permanent", m, err)
+		}
+	}
+}
+
+// TestSubjectValues: a value other than the topic is one subject token
+// unless subjectTokens: allow; wildcards and empty tokens are refused
+// either way.
+func TestSubjectValues(t *testing.T) {
+	tmpl, err := router.ParseTemplate("events.{{ topic }}.{{ key }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := &Destination{name: "t", subject: tmpl, tokens: router.TokenRule{Wildcards: "*>"}}
+	span := &Destination{name: "t", subject: tmpl, tokens: router.TokenRule{Span: true, Wildcards: "*>"}}
+	tests := []struct {
+		d           *Destination
+		topic, key  string
+		want, error string
+	}{
+		{one, "order.created", "customer-42", "events.order.created.customer-42", ""},
+		{one, "order.created", "x.y.z", "", "subjectTokens: allow"},
+		{one, "order.created", "a b", "", "whitespace"},
+		{one, "order.created", "*", "", "wildcard"},
+		{one, "order.created", ">", "", "wildcard"},
+		{span, "order.created", "x.y.z", "events.order.created.x.y.z", ""},
+		{span, "order.created", "x.>", "", "wildcard"},
+		{span, "order.created", "x..y", "", "empty token"},
+	}
+	for _, tt := range tests {
+		m := &outbox.Message{ID: "id", Topic: tt.topic, Key: tt.key}
+		got, err := tt.d.subject.RenderEscaped(m, tt.d.subjectValue)
+		if err == nil {
+			err = validSubject(got, nil)
+		}
+		switch {
+		case tt.error == "" && (err != nil || got != tt.want):
+			t.Errorf("key %q: %q, %v; want %q", tt.key, got, err, tt.want)
+		case tt.error != "" && (!outbox.IsPermanent(err) || !strings.Contains(err.Error(), tt.error)):
+			t.Errorf("key %q: %q, %v; want a permanent error mentioning %q", tt.key, got, err, tt.error)
+		}
 	}
 }

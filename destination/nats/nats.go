@@ -82,12 +82,30 @@ type Options struct {
 	ReconnectWait time.Duration
 	// ConnectTimeout bounds each dial. 0: DefaultConnectWait.
 	ConnectTimeout time.Duration
+	// SubjectTokens lets a value rendered into the subject span several
+	// tokens (config subjectTokens: allow). Off, each value of the
+	// template other than {{ topic }} must be one token: a value with a
+	// ".", whitespace, "*" or ">" makes the row dead with the reason.
+	SubjectTokens bool
+	// AllowHeaders are row headers sent although the policy drops them
+	// (a Nats-* header, say), in any case. Identity headers and any header
+	// naming Msg-Id are never sent.
+	AllowHeaders []string
+	// OnDroppedHeader is called with the name of each row header not
+	// sent (nil: not reported).
+	OnDroppedHeader func(name string)
+	// Secrets are removed from the text of errors that quote a bounded
+	// part of a row value (a subject too long to show whole).
+	Secrets []string
 }
 
 // Destination publishes to NATS JetStream. It is safe for concurrent use.
 type Destination struct {
 	name    string
 	subject *router.Template
+	tokens  router.TokenRule
+	headers *destination.HeaderFilter
+	secrets []string
 	stream  string
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -228,6 +246,9 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 	d := &Destination{
 		name:      o.Name,
 		subject:   tmpl,
+		tokens:    router.TokenRule{Span: o.SubjectTokens, Wildcards: "*>"},
+		headers:   destination.NewHeaderFilter(o.AllowHeaders, o.OnDroppedHeader),
+		secrets:   append(append([]string(nil), o.Secrets...), o.Token),
 		stream:    o.Stream,
 		nc:        nc,
 		js:        js,

@@ -142,6 +142,8 @@ func TestConformance(t *testing.T) {
 		MissingTarget:      true,
 		Streamer:           true,
 		IdentityHeaders:    []string{"Nats-Msg-Id"},
+		ControlHeaders: []string{"Nats-Expected-Stream", "nats-expected-last-sequence", "Nats-Rollup", "NATS-TTL",
+			"Nats-Schedule", "X-Nats-Msg-Id"},
 	})
 }
 

@@ -72,9 +72,9 @@ func (d *Destination) PublishEach(ctx context.Context, msgs []outbox.Message, do
 publish:
 	for ; i < len(msgs); i++ {
 		m := &msgs[i]
-		subj, err := d.subject.Render(m)
+		subj, err := d.subject.RenderEscaped(m, d.subjectValue)
 		if err == nil {
-			err = validSubject(subj)
+			err = validSubject(subj, d.secrets)
 		}
 		if err != nil {
 			b.set(i, fmt.Errorf("nats destination %q: subject: %w", d.name, err))
@@ -239,10 +239,54 @@ func (d *Destination) await(b *batch, p pendingAck) bool {
 	}
 }
 
+// subjectValue checks a value rendered into the subject: one token, unless
+// subjectTokens: allow. The topic is exempt: it is a dotted name by
+// contract, and its route's pattern matched its tokens.
+func (d *Destination) subjectValue(_ int, name, v string) (string, error) {
+	if name == "topic" {
+		return v, nil
+	}
+	if err := d.tokens.Check(v); err != nil {
+		if !d.tokens.Span {
+			return "", fmt.Errorf("%w (set subjectTokens: allow to let values span subject tokens)", err)
+		}
+		return "", err
+	}
+	return v, nil
+}
+
+// identityText is the header name a NATS server reads the message id
+// from. Servers before 2.10 (2.9 is Debian's) find it by searching the
+// whole header block for the text: the name or the value of another header
+// holding it, when written first, hides the real Nats-Msg-Id, and
+// deduplication is lost.
+const identityText = "nats-msg-id"
+
+// dropHeader reports whether row header k (value v) is not sent: the
+// headers queuebox sets itself, any Nats-* header (JetStream's
+// expectations, rollup, TTL and schedules; unless allowed), and any header
+// whose name contains Msg-Id or whose value names Nats-Msg-Id (never
+// allowed), all in any case.
+func (d *Destination) dropHeader(k, v string) bool {
+	switch {
+	case reserved(k), destination.ContainsFold(k, "msg-id"), destination.ContainsFold(v, identityText):
+		return true
+	case destination.HasPrefixFold(k, "nats-"):
+		return !d.headers.Allowed(k)
+	}
+	return false
+}
+
 // natsMsg returns the message published for m to subj, and its size
-// (subject, headers and payload). A header block larger than JetStream
-// stores fails permanently here, before the publish.
+// (subject, headers and payload). A header NATS cannot carry, and a header
+// block larger than JetStream stores, fail permanently here, before the
+// publish.
 func (d *Destination) natsMsg(subj string, m *outbox.Message) (*nats.Msg, int, error) {
+	for _, v := range [...]struct{ name, value string }{{HeaderTopic, m.Topic}, {HeaderMessageKey, m.Key}} {
+		if destination.ContainsFold(v.value, identityText) {
+			return nil, 0, outbox.Permanent(fmt.Errorf("the row's %s value holds the text Nats-Msg-Id, which makes NATS servers before 2.10 miss the message id (no deduplication)", v.name))
+		}
+	}
 	h := make(nats.Header, len(m.Headers)+4)
 	// Every header has one value: they share one backing array, one
 	// allocation instead of one per header (each value is a full slice
@@ -256,8 +300,12 @@ func (d *Destination) natsMsg(subj string, m *outbox.Message) (*nats.Msg, int, e
 		hdrSize += len(k) + len(": ") + len(v) + len("\r\n")
 	}
 	for k, v := range m.Headers {
-		if reserved(k) {
+		if d.dropHeader(k, v) {
+			d.headers.Dropped(k)
 			continue
+		}
+		if !validHeaderName(k) {
+			return nil, 0, outbox.Permanent(fmt.Errorf("row header name %q is not a valid NATS header name (printable ASCII without spaces, colons, quotes or brackets)", k))
 		}
 		set(k, v)
 	}
@@ -271,6 +319,20 @@ func (d *Destination) natsMsg(subj string, m *outbox.Message) (*nats.Msg, int, e
 		return nil, 0, outbox.Permanent(fmt.Errorf("the message's headers take %d bytes, more than JetStream's limit of %d (send fewer or smaller row headers)", hdrSize, maxHeaderBytes))
 	}
 	return &nats.Msg{Subject: subj, Header: h, Data: m.Payload}, len(subj) + hdrSize + len(m.Payload), nil
+}
+
+// validHeaderName is nats.go's rule for a header name: printable ASCII
+// (33-126) without "()/,:;<=>?@[\]{} and the double quote.
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 33 || c > 126 || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // reserved reports whether a row header would collide with a header the
