@@ -44,6 +44,7 @@ destinations:
     type: amqp
     url: %q
     exchangeFrom: aggregate_type
+    routingKeyTokens: allow # the test's exchange name holds dots
   events:
     type: nats
     servers: [%q]

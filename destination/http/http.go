@@ -10,11 +10,17 @@
 //	2xx                              success
 //	400, 410, 413, 414, 422, 431     permanent: the row goes dead at once, reason kept
 //	a row header HTTP cannot carry   permanent, before the request
+//	a rendered host not allowed      permanent, before the request
 //	401, 403                         unavailable (a credential of the whole destination)
 //	408, 502, 503, 504               unavailable; Retry-After kept
 //	refused, DNS, TLS, reset, timeout unavailable
 //	429, 507                         no room; Retry-After kept
 //	3xx, 404 and other 4xx, 500      the row failed: an attempt is spent
+//
+// Row values rendered into the URL are escaped for where they land (a path
+// segment, the query; router.EscapeURLValue); a template in the scheme or
+// host needs AllowedHosts. Row headers follow the policy of dropHeader; a
+// topic or key that a header cannot carry is sent percent-encoded.
 //
 // Messages of one non-empty key are sent one after another in batch order;
 // when one fails, the later messages of that key in the batch are not sent
@@ -35,6 +41,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +50,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/outbox"
 	"github.com/queuebox/queuebox/router"
 )
@@ -54,6 +62,13 @@ const (
 	HeaderTopic          = "X-Topic"
 	HeaderAttempt        = "X-Attempt"
 	HeaderMessageKey     = "X-Message-Key"
+	// HeaderMessageKeyEncoding and HeaderTopicEncoding are "percent" when
+	// the key (topic) holds what an HTTP header cannot carry as it is (a
+	// control character, a leading or trailing space): the header then
+	// carries it percent-encoded (RFC 3986: every byte but A-Z a-z 0-9 -
+	// . _ ~ as %XX). Absent otherwise.
+	HeaderMessageKeyEncoding = "X-Message-Key-Encoding"
+	HeaderTopicEncoding      = "X-Topic-Encoding"
 )
 
 // Defaults applied by New.
@@ -79,8 +94,28 @@ type Options struct {
 	// Name is the destination's name in the configuration.
 	Name string
 	// URL is the URL template, e.g. "https://hooks.example/{{ topic }}".
-	// The rendered values are inserted as they are (not escaped).
+	// A value in a path segment is path-escaped ("/" is %2F; "." and ".."
+	// are %2E and %2E%2E), a value in the query query-escaped; the
+	// fragment is never sent. A template in the scheme or host needs
+	// AllowedHosts.
 	URL string
+	// AllowedHosts are the hosts a URL whose scheme or host is a template
+	// may render ("hooks.example.com", "*.example.com" for any subdomain,
+	// "host:port" for one port only). A row whose rendered host is not
+	// one of them is dead, with the reason.
+	AllowedHosts []string
+	// AllowHeaders are row headers sent although the policy drops them
+	// (a hop-by-hop header, Authorization without auth), in any case.
+	// Identity headers, the headers queuebox sets and the static Headers
+	// are never replaced by a row.
+	AllowHeaders []string
+	// OnDroppedHeader is called with the name of each row header not
+	// sent (nil: not reported).
+	OnDroppedHeader func(name string)
+	// Secrets are removed from error texts before they are bounded (a
+	// response body's first SnippetLimit bytes), besides the destination's
+	// own credentials and static header values.
+	Secrets []string
 	// Timeout bounds each request. 0: DefaultTimeout.
 	Timeout time.Duration
 	// Headers are static headers added to every request. Row headers
@@ -100,6 +135,9 @@ type Options struct {
 type Destination struct {
 	name          string
 	url           *router.Template
+	urlParts      []router.URLPart // where each placeholder of url lands
+	allowedHosts  []string         // lower case; empty: the host is literal
+	filter        *destination.HeaderFilter
 	dialAddr      string // host:port for Check; "" when the host is a template
 	client        *http.Client
 	transport     *http.Transport
@@ -124,12 +162,25 @@ var (
 // ErrClosed is returned by Publish after Close.
 var ErrClosed = errors.New("http destination is closed")
 
-// reservedHeaders are set by the destination; row headers of these names
-// are dropped.
+// reservedHeaders are set by the destination (canonical names); row
+// headers of these names are dropped, whatever allowHeaders says.
 var reservedHeaders = map[string]bool{
 	HeaderMessageID: true, HeaderIdempotencyKey: true, HeaderTopic: true, HeaderAttempt: true,
-	HeaderMessageKey: true, "Content-Type": true, "Authorization": true, "Host": true,
-	"Content-Length": true, "Transfer-Encoding": true, "Connection": true,
+	HeaderMessageKey: true, HeaderMessageKeyEncoding: true, HeaderTopicEncoding: true, "Content-Type": true,
+}
+
+// notStatic are headers of the request itself, which static headers
+// cannot set either.
+var notStatic = map[string]bool{"Authorization": true, "Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true}
+
+// controlHeaders are dropped from row headers unless allowHeaders names
+// them: the hop-by-hop headers (RFC 9110 §7.6.1, and Proxy-Connection and
+// Keep-Alive), and those of the request itself (Host, Content-Length,
+// Authorization: the destination's auth, or the receiver's choice).
+var controlHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Host": true, "Content-Length": true, "Authorization": true,
 }
 
 // New validates o and returns a Destination. It does not contact the
@@ -148,7 +199,21 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http destination %q: url: %w", o.Name, err)
 	}
-	dialAddr, err := staticDialAddr(o.URL)
+	parts := tmpl.URLParts()
+	hostTemplate := slices.ContainsFunc(parts, func(p router.URLPart) bool { return p == router.URLScheme || p == router.URLAuthority })
+	if hostTemplate && len(o.AllowedHosts) == 0 {
+		return nil, fmt.Errorf("http destination %q: url: %q renders the scheme or host from the row: set allowedHosts to the hosts it may send to, or write the host literally", o.Name, redactURL(o.URL))
+	}
+	var allowed []string
+	if hostTemplate {
+		for _, h := range o.AllowedHosts {
+			if err := checkAllowedHost(h); err != nil {
+				return nil, fmt.Errorf("http destination %q: allowedHosts: %w", o.Name, err)
+			}
+			allowed = append(allowed, strings.ToLower(h))
+		}
+	}
+	dialAddr, err := staticDialAddr(o.URL, hostTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("http destination %q: url: %w", o.Name, err)
 	}
@@ -164,6 +229,9 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 	d := &Destination{
 		name:          o.Name,
 		url:           tmpl,
+		urlParts:      parts,
+		allowedHosts:  allowed,
+		filter:        destination.NewHeaderFilter(o.AllowHeaders, o.OnDroppedHeader),
 		dialAddr:      dialAddr,
 		headers:       http.Header{},
 		timeout:       o.Timeout,
@@ -173,13 +241,18 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 		closed:        make(chan struct{}),
 	}
 	for k, v := range o.Headers {
-		if reservedHeaders[http.CanonicalHeaderKey(k)] {
+		if ck := http.CanonicalHeaderKey(k); reservedHeaders[ck] || notStatic[ck] {
 			return nil, fmt.Errorf("http destination %q: headers: %s is set by queuebox itself", o.Name, k)
 		}
 		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
 			return nil, fmt.Errorf("http destination %q: headers: %q is not a valid HTTP header name, or its value holds a line break or a control character", o.Name, k)
 		}
 		d.headers.Set(k, v)
+		if len(v) >= minHeaderSecret {
+			// An operator's static header is often a credential: a
+			// receiver that echoes it must not put it in an error.
+			d.secrets = append(d.secrets, v)
+		}
 	}
 	if a := o.Auth; a != nil {
 		switch {
@@ -202,6 +275,11 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 			d.secrets = append(d.secrets, p)
 		}
 	}
+	for _, sec := range o.Secrets {
+		if sec != "" {
+			d.secrets = append(d.secrets, sec)
+		}
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = o.Concurrency
 	tr.MaxConnsPerHost = 0
@@ -218,23 +296,56 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 	return d, nil
 }
 
+// minHeaderSecret is the shortest static header value treated as a secret
+// in error texts: shorter ones ("1", "json") would only mask ordinary text.
+const minHeaderSecret = 6
+
+// checkAllowedHost reports an allowedHosts entry that is not a host name,
+// "*." and a domain, or either with ":port".
+func checkAllowedHost(h string) error {
+	if h == "" || strings.ContainsAny(h, "/?#@ \t") || strings.Contains(h, "://") {
+		return fmt.Errorf("%q is not a host name (write hooks.example.com, *.example.com or host:port)", h)
+	}
+	if strings.Contains(h[1:], "*") || (strings.HasPrefix(h, "*") && !strings.HasPrefix(h, "*.")) {
+		return fmt.Errorf("%q: a wildcard is only \"*.\" before a domain (*.example.com)", h)
+	}
+	return nil
+}
+
+// hostAllowed reports whether u's host is one of allowed: the same host
+// name (any case) and, for an entry with a port, the same port; "*.d"
+// allows any name ending in ".d".
+func hostAllowed(u *url.URL, allowed []string) bool {
+	host, port := strings.ToLower(u.Hostname()), u.Port()
+	for _, a := range allowed {
+		ah, ap := a, ""
+		if h, p, err := net.SplitHostPort(a); err == nil {
+			ah, ap = strings.Trim(h, "[]"), p
+		}
+		if ap != "" && ap != port {
+			continue
+		}
+		if suffix, ok := strings.CutPrefix(ah, "*"); ok {
+			if strings.HasSuffix(host, suffix) && len(host) > len(suffix) {
+				return true
+			}
+			continue
+		}
+		if host == ah {
+			return true
+		}
+	}
+	return false
+}
+
 // staticDialAddr returns host:port of the URL template when its scheme and
-// host are literal, and "" when the host is a template.
-func staticDialAddr(src string) (string, error) {
-	rest := src
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-	} else {
-		return "", fmt.Errorf("%q has no scheme (want http:// or https://)", redactURL(src))
-	}
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		rest = rest[:j]
-	}
-	if strings.Contains(src[:strings.Index(src, "://")], "{{") {
-		return "", fmt.Errorf("the scheme of %q cannot be a template", redactURL(src))
-	}
-	if strings.Contains(rest, "{{") {
+// host are literal, and "" when the host is a template (hostTemplate).
+func staticDialAddr(src string, hostTemplate bool) (string, error) {
+	if hostTemplate {
 		return "", nil
+	}
+	if !strings.Contains(src, "://") {
+		return "", fmt.Errorf("%q has no scheme (want http:// or https://)", redactURL(src))
 	}
 	u, err := url.Parse(strings.ReplaceAll(strings.ReplaceAll(src, "{{", "x"), "}}", "x"))
 	if err != nil {
@@ -355,7 +466,7 @@ func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
 	case <-d.closed:
 		return fmt.Errorf("http destination %q: %w", d.name, ErrClosed)
 	}
-	target, err := d.url.Render(m)
+	target, err := d.url.RenderEscaped(m, d.urlValue)
 	if err != nil {
 		return fmt.Errorf("http destination %q: url: %w", d.name, err)
 	}
@@ -368,6 +479,11 @@ func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
 	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
 		return outbox.Permanent(fmt.Errorf("http destination %q: rendered url %q is not a valid http(s) URL", d.name, redactURL(target)))
 	}
+	if d.allowedHosts != nil && !hostAllowed(req.URL, d.allowedHosts) {
+		return outbox.Permanent(fmt.Errorf("http destination %q: rendered url %q: host %q is not in allowedHosts", d.name, redactURL(target), req.URL.Host))
+	}
+	// The fragment is the client's: never sent.
+	req.URL.Fragment, req.URL.RawFragment = "", ""
 	req.Header = make(http.Header, len(m.Headers)+len(d.headers)+8) // sized once: no map growth per request
 	d.setHeaders(req.Header, m)
 
@@ -384,15 +500,37 @@ func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
 	return d.statusError(resp, redactURL(target), snippet)
 }
 
-// checkHeaders reports a row header, topic or key that HTTP cannot carry
-// (a name outside the token characters, a value with a line break or a
-// control character): net/http refuses the whole request for it, on every
-// attempt. Row headers named like one queuebox sets are dropped instead
-// (setHeaders), whatever they hold.
+// urlValue escapes a value for the part of the URL it lands in.
+func (d *Destination) urlValue(i int, _, v string) (string, error) {
+	return router.EscapeURLValue(d.urlParts[i], v)
+}
+
+// dropHeader reports whether row header k is not sent: the headers queuebox
+// sets itself and the static headers (always), the hop-by-hop headers,
+// Host, Content-Length and Authorization (unless allowHeaders names them),
+// and Authorization whenever auth is set.
+func (d *Destination) dropHeader(k string) bool {
+	ck := http.CanonicalHeaderKey(k)
+	switch {
+	case reservedHeaders[ck], destination.IsIdentityHeader(k), d.headers.Get(ck) != "":
+		return true
+	case ck == "Authorization" && d.authValue != "":
+		return true
+	case controlHeaders[ck]:
+		return !d.filter.Allowed(k)
+	}
+	return false
+}
+
+// checkHeaders reports a row header that HTTP cannot carry (a name outside
+// the token characters, a value with a line break or a control
+// character): net/http refuses the whole request for it, on every attempt.
+// Row headers the policy drops are not checked (dropHeader). The topic and
+// key, queuebox's own headers, are sent percent-encoded instead
+// (setHeaders).
 func (d *Destination) checkHeaders(m *outbox.Message) error {
 	for k, v := range m.Headers {
-		ck := http.CanonicalHeaderKey(k)
-		if reservedHeaders[ck] || d.headers.Get(ck) != "" {
+		if d.dropHeader(k) {
 			continue
 		}
 		if !httpguts.ValidHeaderFieldName(k) {
@@ -402,22 +540,53 @@ func (d *Destination) checkHeaders(m *outbox.Message) error {
 			return outbox.Permanent(fmt.Errorf("http destination %q: row header %s: the value holds a character HTTP headers cannot carry (a line break or a control character)", d.name, k))
 		}
 	}
-	if !httpguts.ValidHeaderFieldValue(m.Topic) {
-		return outbox.Permanent(fmt.Errorf("http destination %q: the topic holds a character HTTP headers cannot carry (%s)", d.name, HeaderTopic))
-	}
-	if !httpguts.ValidHeaderFieldValue(m.Key) {
-		return outbox.Permanent(fmt.Errorf("http destination %q: the key holds a character HTTP headers cannot carry (%s)", d.name, HeaderMessageKey))
-	}
 	return nil
+}
+
+// needsEncoding reports whether v cannot travel in a header as it is: a
+// character HTTP forbids there (a control character other than tab), or
+// leading or trailing white space, which receivers strip.
+func needsEncoding(v string) bool {
+	return !httpguts.ValidHeaderFieldValue(v) || strings.TrimFunc(v, func(c rune) bool { return c == ' ' || c == '\t' }) != v
+}
+
+// percentEncode writes every byte of v but the RFC 3986 unreserved
+// characters as %XX.
+func percentEncode(v string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(v) * 3)
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+// setEncoded sets header name to v, percent-encoded with encName: percent
+// when it needs it.
+func setEncoded(h http.Header, name, encName, v string) {
+	if needsEncoding(v) {
+		h.Set(name, percentEncode(v))
+		h.Set(encName, "percent")
+		return
+	}
+	h.Set(name, v)
 }
 
 func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
 	for k, v := range m.Headers {
-		ck := http.CanonicalHeaderKey(k)
-		if reservedHeaders[ck] || d.headers.Get(ck) != "" {
+		if d.dropHeader(k) {
+			d.filter.Dropped(k)
 			continue
 		}
-		h.Set(ck, v)
+		h.Set(http.CanonicalHeaderKey(k), v)
 	}
 	for k, v := range d.headers {
 		h[k] = v
@@ -425,45 +594,38 @@ func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderMessageID, m.ID)
 	h.Set(HeaderIdempotencyKey, m.ID)
-	h.Set(HeaderTopic, m.Topic)
+	setEncoded(h, HeaderTopic, HeaderTopicEncoding, m.Topic)
 	h.Set(HeaderAttempt, strconv.Itoa(m.Attempt))
 	if m.Key != "" {
-		h.Set(HeaderMessageKey, m.Key)
+		setEncoded(h, HeaderMessageKey, HeaderMessageKeyEncoding, m.Key)
 	}
 	if d.authValue != "" {
 		h.Set("Authorization", d.authValue)
 	}
 }
 
-// snippet reads at most SnippetLimit bytes of body for the error text,
-// redacted and quoted, and discards a bounded rest so that the connection
-// can be reused.
+// snippet returns at most SnippetLimit bytes of body for the error text,
+// redacted before it is cut (redact.ReadHead reads enough past the limit
+// to mask a secret the cut would split) and quoted, and discards a bounded
+// rest so that the connection can be reused.
 func (d *Destination) snippet(body io.Reader) string {
-	buf, _ := io.ReadAll(io.LimitReader(body, SnippetLimit+1))
+	head, truncated, _ := redact.ReadHead(body, SnippetLimit, d.secrets...)
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
-	truncated := len(buf) > SnippetLimit
-	if truncated {
-		buf = buf[:SnippetLimit]
-	}
-	s := strings.TrimSpace(strings.ToValidUTF8(string(buf), "?"))
+	s := strings.TrimSpace(strings.ToValidUTF8(head, "?"))
 	if s == "" {
 		return ""
 	}
-	s = strconv.Quote(d.redact(s))
+	s = strconv.Quote(s)
 	if truncated {
 		s += " (truncated)"
 	}
 	return s
 }
 
-// redact hides the credentials of the destination in s.
+// redact hides the credentials of the destination, and the configured
+// secrets, in s.
 func (d *Destination) redact(s string) string {
-	for _, secret := range d.secrets {
-		if len(secret) >= 3 {
-			s = strings.ReplaceAll(s, secret, "[REDACTED]")
-		}
-	}
-	return s
+	return redact.String(s, d.secrets...)
 }
 
 // sensitiveQuery are query parameter names whose values are hidden in

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/destination/destinationtest"
 	httpdest "github.com/queuebox/queuebox/destination/http"
+	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/internal/testenv"
 	"github.com/queuebox/queuebox/outbox"
 )
@@ -169,6 +172,7 @@ func TestConformance(t *testing.T) {
 		Streamer:           true,
 		SlowInjection:      true,
 		IdentityHeaders:    []string{"X-Message-Id", "Idempotency-Key"},
+		ControlHeaders:     []string{"Upgrade", "Keep-Alive", "Proxy-Authorization", "TE", "Trailer", "x-topic", "X-Attempt"},
 	})
 }
 
@@ -296,11 +300,11 @@ func TestRetryAfter(t *testing.T) {
 
 // TestWhatHTTPCannotCarryIsPermanent: a row header HTTP cannot carry (a
 // name with a character outside the token set, a value with a line break
-// or a NUL), or a topic with a line break, fails its message permanently
-// before any request (net/http would refuse the request on every
-// attempt); the other messages of the batch are delivered, and the
-// destination serves the next batch. A row header named like one
-// queuebox sets is dropped, not refused.
+// or a NUL) fails its message permanently before any request (net/http
+// would refuse the request on every attempt); the other messages of the
+// batch are delivered, and the destination serves the next batch. A row
+// header named like one queuebox sets is dropped, not refused, and a topic
+// with a line break, queuebox's own header, is sent percent-encoded.
 func TestWhatHTTPCannotCarryIsPermanent(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -329,7 +333,7 @@ func TestWhatHTTPCannotCarryIsPermanent(t *testing.T) {
 	err := d.Publish(ctx, batch)
 	for i, m := range batch {
 		e := destination.ErrorAt(err, i)
-		refused := bad[i] != nil || i == 5
+		refused := bad[i] != nil
 		switch {
 		case refused && (!outbox.IsPermanent(e) || got[m.ID] != nil):
 			t.Errorf("message %d: %v (sent: %v); want a permanent failure before any request", i, e, got[m.ID] != nil)
@@ -338,6 +342,9 @@ func TestWhatHTTPCannotCarryIsPermanent(t *testing.T) {
 		case !refused && (got[m.ID].Get("X-Good") != "yes" || got[m.ID].Get("X-Message-Id") != m.ID):
 			t.Errorf("message %d arrived with headers %v", i, got[m.ID])
 		}
+	}
+	if h := got[batch[5].ID]; h.Get("X-Topic") != "t%0AInjected%3A%201" || h.Get("X-Topic-Encoding") != "percent" || h.Get("Injected") != "" {
+		t.Errorf("a topic with a line break arrived with headers %v; want it percent-encoded", h)
 	}
 	if err := d.Publish(ctx, []outbox.Message{msg()}); err != nil {
 		t.Fatalf("the next Publish: %v", err)
@@ -432,7 +439,7 @@ func TestSnippetTruncatedAndRedacted(t *testing.T) {
 	if strings.Contains(s, token) {
 		t.Errorf("error leaks the bearer token: %s", s)
 	}
-	if !strings.Contains(s, "[REDACTED]") || !strings.Contains(s, "(truncated)") {
+	if !strings.Contains(s, "Bearer "+redact.Mask) || !strings.Contains(s, "(truncated)") {
 		t.Errorf("error %q: want the redacted marker and the truncation marker", s)
 	}
 	if strings.Count(s, "z") > httpdest.SnippetLimit {
@@ -699,29 +706,214 @@ func TestPublishEachKeepsKeyOrder(t *testing.T) {
 }
 
 // TestInvalidRenderedURLIsPermanent: a row whose values make the URL
-// template render something that is not a URL fails permanently; the
-// other rows of the batch are delivered.
+// template render something that is not an http(s) URL fails permanently;
+// the other rows of the batch are delivered. A value in the path is
+// escaped, so "%zz" there is a valid path segment.
 func TestInvalidRenderedURLIsPermanent(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	paths := map[string]bool{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		paths[r.URL.Path] = true
+		paths[r.URL.EscapedPath()] = true
 		mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
-	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook/{{ key }}"})
-	batch := []outbox.Message{msg(), msg()}
-	batch[0].Key, batch[1].Key = "ok", "%zz"
+	host := strings.TrimPrefix(srv.URL, "http://")
+	d := newDest(t, httpdest.Options{URL: "{{ payload.url }}/hook/{{ key }}", AllowedHosts: []string{host}})
+	batch := []outbox.Message{msg(), msg(), msg()}
+	batch[0].Key, batch[1].Key, batch[2].Key = "ok", "%zz", "ok"
+	batch[0].Payload = []byte(`{"url": "` + srv.URL + `"}`)
+	batch[1].Payload = batch[0].Payload
+	batch[2].Payload = []byte(`{"url": "ftp://` + host + `"}`)
 	err := d.Publish(testenv.Context(t, 10*time.Second), batch)
+	for i := range 2 {
+		if e := destination.ErrorAt(err, i); e != nil {
+			t.Errorf("row %d: %v", i, e)
+		}
+	}
+	if e := destination.ErrorAt(err, 2); !outbox.IsPermanent(e) || !strings.Contains(e.Error(), "not a valid http(s) URL") {
+		t.Errorf("a row rendering an ftp URL: %v; want permanent", e)
+	}
+	if !paths["/hook/ok"] || !paths["/hook/%25zz"] || len(paths) != 2 {
+		t.Errorf("requests to %v; want /hook/ok and /hook/%%25zz", paths)
+	}
+}
+
+// TestURLValuesStayInTheirPlace: a value in a path segment is
+// path-escaped ("/" %2F, "?" %3F, "#" %23, ".." %2E%2E), a value in the
+// query query-escaped, and the fragment never sent.
+func TestURLValuesStayInTheirPlace(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var uris []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		uris = append(uris, r.RequestURI)
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hooks/{{ key }}?t={{ topic }}#{{ id }}"})
+	cases := []struct{ key, topic, want string }{
+		{"../../admin/delete?all=true#x", "order.created", "/hooks/..%2F..%2Fadmin%2Fdelete%3Fall=true%23x?t=order.created"},
+		{"..", "a&admin=1", "/hooks/%2E%2E?t=a%26admin%3D1"},
+		{".", "t", "/hooks/%2E?t=t"},
+		{"customer-42", "t", "/hooks/customer-42?t=t"},
+	}
+	for _, c := range cases {
+		m := msg()
+		m.Key, m.Topic = c.key, c.topic
+		if err := d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{m}); err != nil {
+			t.Fatalf("key %q: %v", c.key, err)
+		}
+		mu.Lock()
+		got := uris[len(uris)-1]
+		mu.Unlock()
+		if got != c.want {
+			t.Errorf("key %q topic %q requested %q, want %q", c.key, c.topic, got, c.want)
+		}
+	}
+}
+
+// TestTemplatedHostNeedsAllowedHosts: a template in the scheme or host is
+// refused at New without allowedHosts; with them, a row rendering another
+// host is dead before any request, and one rendering an allowed host is
+// sent.
+func TestTemplatedHostNeedsAllowedHosts(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"http://{{ payload.host }}/hook", "{{ payload.url }}", "http://h{{ key }}/x", "http{{ key }}://h/"} {
+		if _, err := httpdest.New(context.Background(), httpdest.Options{URL: u}, logger()); err == nil || !strings.Contains(err.Error(), "allowedHosts") {
+			t.Errorf("New(%q) = %v, want an error naming allowedHosts", u, err)
+		}
+	}
+	if _, err := httpdest.New(context.Background(), httpdest.Options{URL: "{{ payload.url }}", AllowedHosts: []string{"https://x/"}}, logger()); err == nil {
+		t.Error("allowedHosts with a URL: want an error")
+	}
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	d := newDest(t, httpdest.Options{URL: "http://{{ payload.host }}:" + port + "/hook", AllowedHosts: []string{"127.0.0.1", "*.example.com"}})
+	good, evil, inject := msg(), msg(), msg()
+	good.Payload = []byte(`{"host": "127.0.0.1"}`)
+	evil.Payload = []byte(`{"host": "localhost"}`)
+	inject.Payload = []byte(`{"host": "127.0.0.1@evil.example.org"}`)
+	err := d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{good, evil, inject})
 	if e := destination.ErrorAt(err, 0); e != nil {
-		t.Errorf("the good row: %v", e)
+		t.Errorf("allowed host: %v", e)
 	}
-	if e := destination.ErrorAt(err, 1); !outbox.IsPermanent(e) || !strings.Contains(e.Error(), "not a valid http(s) URL") {
-		t.Errorf("a row rendering an invalid URL: %v; want permanent", e)
+	for i, want := range map[int]string{1: "not in allowedHosts", 2: "host cannot hold"} {
+		if e := destination.ErrorAt(err, i); !outbox.IsPermanent(e) || !strings.Contains(e.Error(), want) {
+			t.Errorf("message %d: %v; want permanent, %q", i, e, want)
+		}
 	}
-	if !paths["/hook/ok"] || len(paths) != 1 {
-		t.Errorf("requests to %v; want /hook/ok only", paths)
+	if hits.Load() != 1 {
+		t.Errorf("%d requests, want 1", hits.Load())
+	}
+}
+
+// TestRowHeaderPolicy: hop-by-hop headers, Host, Content-Length,
+// Authorization and the headers queuebox sets are dropped from row headers
+// and reported by name; allowHeaders lets a control header through, never
+// one queuebox sets.
+func TestRowHeaderPolicy(t *testing.T) {
+	t.Parallel()
+	var got http.Header
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	var dropped []string
+	var dmu sync.Mutex
+	d := newDest(t, httpdest.Options{URL: srv.URL + "/hook", Headers: map[string]string{"X-Source": "queuebox"},
+		AllowHeaders: []string{"proxy-authorization", "X-Topic", "Idempotency-Key"},
+		OnDroppedHeader: func(name string) {
+			dmu.Lock()
+			dropped = append(dropped, name)
+			dmu.Unlock()
+		}})
+	m := msg()
+	m.Headers = map[string]string{
+		"Connection": "close", "Keep-Alive": "timeout=5", "Proxy-Connection": "x", "TE": "trailers", "Trailer": "X-A",
+		"Upgrade": "websocket", "Proxy-Authenticate": "x", "Host": "evil.example", "Content-Length": "1",
+		"Authorization": "Bearer row", "X-Topic": "spoofed", "idempotency-key": "forged", "X-Source": "row",
+		"X-Message-Key-Encoding": "percent", "Proxy-Authorization": "Basic cm93", "X-Good": "yes",
+	}
+	if err := d.Publish(testenv.Context(t, 10*time.Second), []outbox.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range []string{"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade", "Proxy-Authenticate", "Authorization", "X-Message-Key-Encoding"} {
+		if v := got.Get(k); v != "" {
+			t.Errorf("row header %s arrived: %q", k, v)
+		}
+	}
+	if got.Get("X-Topic") != "t" || got.Get("Idempotency-Key") != m.ID || got.Get("X-Source") != "queuebox" {
+		t.Errorf("queuebox's headers replaced by the row's: %v", got)
+	}
+	if got.Get("X-Good") != "yes" || got.Get("Proxy-Authorization") != "Basic cm93" {
+		t.Errorf("X-Good and the allowed Proxy-Authorization did not arrive: %v", got)
+	}
+	dmu.Lock()
+	defer dmu.Unlock()
+	slices.Sort(dropped)
+	want := []string{"Authorization", "Connection", "Content-Length", "Host", "Keep-Alive", "Proxy-Authenticate", "Proxy-Connection",
+		"TE", "Trailer", "Upgrade", "X-Message-Key-Encoding", "X-Source", "X-Topic", "idempotency-key"}
+	if !slices.Equal(dropped, want) {
+		t.Errorf("dropped %v, want %v", dropped, want)
+	}
+}
+
+// TestKeyAndTopicPercentEncoded: a key or topic that a header cannot carry
+// as it is (a control character, a leading or trailing space) is sent
+// percent-encoded with X-Message-Key-Encoding (X-Topic-Encoding): percent,
+// not refused; any other goes as it is, without the encoding header.
+func TestKeyAndTopicPercentEncoded(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ key, want, enc string }{
+		{"customer-42", "customer-42", ""},
+		{"Zoë 42", "Zoë 42", ""},
+		{"a\x01b\r\nX-Injected: 1", "a%01b%0D%0AX-Injected%3A%201", "percent"},
+		{" padded ", "%20padded%20", "percent"},
+		{"tab\tinside", "tab\tinside", ""},
+		{"50%\x7f", "50%25%7F", "percent"},
+	}
+	for _, tt := range tests {
+		m := msg()
+		m.Key = tt.key
+		var h http.Header
+		if err := publishOneMsg(t, httpdest.Options{}, m, func(w http.ResponseWriter, r *http.Request) { h = r.Header.Clone() }); err != nil {
+			t.Fatalf("key %q: %v", tt.key, err)
+		}
+		if h.Get("X-Message-Key") != tt.want || h.Get("X-Message-Key-Encoding") != tt.enc || h.Get("X-Injected") != "" {
+			t.Errorf("key %q arrived as %q (encoding %q), want %q (%q)", tt.key, h.Get("X-Message-Key"), h.Get("X-Message-Key-Encoding"), tt.want, tt.enc)
+		}
+		if dec, err := url.PathUnescape(h.Get("X-Message-Key")); tt.enc != "" && (err != nil || dec != tt.key) {
+			t.Errorf("key %q: decoded %q, %v", tt.key, dec, err)
+		}
+	}
+}
+
+// TestSnippetRedactedBeforeCut: a receiver that echoes a configured secret
+// across the 256th byte of its body leaves no part of it in the error: the
+// body is redacted, then cut.
+func TestSnippetRedactedBeforeCut(t *testing.T) {
+	t.Parallel()
+	const secret = "HdrSecret-5544-abcdef"
+	for off := httpdest.SnippetLimit - len(secret); off <= httpdest.SnippetLimit; off++ {
+		err := publishOne(t, httpdest.Options{Headers: map[string]string{"X-Api-Token": secret}}, func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(500)
+			io.WriteString(w, strings.Repeat("p", off-len("tok="))+"tok="+r.Header.Get("X-Api-Token")+strings.Repeat("q", 300))
+		})
+		if err == nil {
+			t.Fatal("want an error")
+		}
+		if strings.Contains(err.Error(), secret[:4]) {
+			t.Fatalf("secret at %d: the error keeps its start: %v", off, err)
+		}
 	}
 }
