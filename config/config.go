@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"strings"
@@ -22,20 +23,47 @@ func Load(path string) (*Config, error) {
 	return load(path, os.LookupEnv)
 }
 
+// MaxFileBytes is the largest configuration file Load and Parse read
+// (1 MiB): a real one is a few KiB, and a larger one (a wrong path, a
+// generated file gone wrong) is refused before it is parsed, which would
+// take memory many times its size.
+const MaxFileBytes = 1 << 20
+
 func load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > MaxFileBytes {
+		return nil, inFile(tooLarge(st.Size()), path)
+	}
+	// Read one byte more than the limit: a file that is not a regular
+	// file (a pipe) has no size to look at first.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, inFile(tooLarge(-1), path)
+	}
 	cfg, err := Parse(data, lookupEnv)
+	if err != nil {
+		return nil, inFile(err, path)
+	}
+	return cfg, nil
+}
+
+// inFile names path in every problem of err, when it is Errors.
+func inFile(err error, path string) error {
 	var errs Errors
 	if errors.As(err, &errs) {
 		for _, e := range errs {
 			e.File = path
 		}
-		return nil, errs
+		return errs
 	}
-	return cfg, err
+	return err
 }
 
 // Parse turns the YAML in data into a validated configuration: ${VAR} and
@@ -44,6 +72,9 @@ func load(path string, lookupEnv func(string) (string, bool)) (*Config, error) {
 // validated. Every problem found is reported, as Errors sorted by position.
 // Problems that do not stop the relay are kept in Warnings.
 func Parse(data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
+	if len(data) > MaxFileBytes {
+		return nil, tooLarge(int64(len(data)))
+	}
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
@@ -112,6 +143,16 @@ func (d *decoder) parse(data []byte, cfg *Config) (err error) {
 	d.collectAnchors(body, 0)
 	d.decode(body, reflect.ValueOf(cfg).Elem(), "")
 	return nil
+}
+
+// tooLarge is the error for a configuration of size bytes (-1: more than
+// the limit, size unknown).
+func tooLarge(size int64) error {
+	what := "more than 1048576 bytes"
+	if size >= 0 {
+		what = fmt.Sprintf("%d bytes", size)
+	}
+	return Errors{{Msg: fmt.Sprintf("the file is %s, above the limit of %d bytes (1 MiB) for a configuration file; it is not read", what, MaxFileBytes)}}
 }
 
 // Default returns the configuration that an empty file means (before
@@ -339,6 +380,8 @@ func (c *Config) Redacted() *Config {
 			d.Servers[i] = redact.String(s, secrets...)
 		}
 		d.Brokers = append([]string(nil), d.Brokers...)
+		d.AllowHeaders = append([]string(nil), d.AllowHeaders...)
+		d.AllowedHosts = append([]string(nil), d.AllowedHosts...)
 		d.StreamSubjects = append([]string(nil), d.StreamSubjects...)
 		if d.Token != "" {
 			d.Token = redactedPlaceholder

@@ -709,3 +709,74 @@ func TestRetentionAndNotifyAreValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestRowPolicyKeys: allowHeaders on every type, subjectTokens,
+// routingKeyTokens and allowedHosts are read; allowedHosts beside a
+// literal host only warns.
+func TestRowPolicyKeys(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse([]byte(`
+database: {url: "postgres://db/app"}
+destinations:
+  events: {type: nats, servers: ["nats://h:4222"], subject: "events.{{ key }}", subjectTokens: allow, allowHeaders: [Nats-TTL]}
+  billing: {type: amqp, url: "amqp://h/", exchange: billing, routingKey: "{{ payload.region }}", routingKeyTokens: single, allowHeaders: [x-delay, CC]}
+  ledger: {type: kafka, brokers: ["h:9092"], topic: ledger, allowHeaders: [tenant]}
+  tenants: {type: http, url: "https://{{ payload.tenant }}.hooks.example.com/x", allowedHosts: ["*.hooks.example.com", "hooks.example.com:8443"]}
+  hooks: {type: http, url: "http://h/x", allowedHosts: [h], allowHeaders: [Proxy-Authorization]}
+routes:
+  - {topicPattern: "order.**", destination: events}
+  - {topicPattern: "payment.**", destination: billing}
+  - {topicPattern: "invoice.**", destination: ledger}
+  - {topicPattern: "tenant.**", destination: tenants}
+  - {topicPattern: "**", destination: hooks}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Destinations
+	if d["events"].SubjectTokens != "allow" || d["billing"].RoutingKeyTokens != "single" ||
+		!reflect.DeepEqual(d["billing"].AllowHeaders, []string{"x-delay", "CC"}) || !reflect.DeepEqual(d["ledger"].AllowHeaders, []string{"tenant"}) ||
+		!reflect.DeepEqual(d["tenants"].AllowedHosts, []string{"*.hooks.example.com", "hooks.example.com:8443"}) {
+		t.Errorf("destinations %+v", d)
+	}
+	if w := cfg.Warnings(); len(w) != 1 || !strings.Contains(w[0], "destinations.hooks.allowedHosts: has no effect") {
+		t.Errorf("warnings %q", w)
+	}
+	r := cfg.Redacted()
+	r.Destinations["tenants"].AllowedHosts[0] = "changed"
+	if cfg.Destinations["tenants"].AllowedHosts[0] == "changed" {
+		t.Error("Redacted shares allowedHosts with the original")
+	}
+}
+
+// TestFileSizeLimit: a file above 1 MiB is refused before it is parsed,
+// with its size and the limit; one just under is read.
+func TestFileSizeLimit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, err := os.ReadFile("testdata/good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := func(n int) []byte {
+		return append(append([]byte(nil), good...), ("#" + strings.Repeat("x", n-len(good)-2) + "\n")...)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, pad(MaxFileBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(big)
+	if err == nil || !strings.Contains(err.Error(), "1048577 bytes") || !strings.Contains(err.Error(), "limit of 1048576 bytes") || !strings.Contains(err.Error(), big) {
+		t.Errorf("Load of a file of 1 MiB + 1 byte: %v", err)
+	}
+	if _, err := Parse(pad(MaxFileBytes+1), nil); err == nil || !strings.Contains(err.Error(), "1048577 bytes") {
+		t.Errorf("Parse of 1 MiB + 1 byte: %v", err)
+	}
+	fits := filepath.Join(dir, "fits.yaml")
+	if err := os.WriteFile(fits, pad(MaxFileBytes), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := load(fits, func(string) (string, bool) { return "", false }); err != nil && strings.Contains(err.Error(), "limit") {
+		t.Errorf("a file of exactly 1 MiB: %v", err)
+	}
+}

@@ -150,6 +150,9 @@ type Destination struct {
 	CredsFile      string   `yaml:"credsFile"`
 	Token          string   `yaml:"token"`
 	MaxPending     int      `yaml:"maxPending"` // async publish window
+	// SubjectTokens is single (each value rendered into the subject is
+	// one token) or allow (a value may span tokens).
+	SubjectTokens string `yaml:"subjectTokens"`
 
 	// http (and amqp: url)
 	URL         string            `yaml:"url"`
@@ -157,6 +160,9 @@ type Destination struct {
 	Headers     map[string]string `yaml:"headers"`
 	Auth        *Auth             `yaml:"auth"`
 	Concurrency int               `yaml:"concurrency"` // 0: relay.concurrency
+	// AllowedHosts are the hosts a url whose scheme or host is a template
+	// may render (host, *.domain, host:port).
+	AllowedHosts []string `yaml:"allowedHosts"`
 
 	// kafka
 	Brokers   []string `yaml:"brokers"`
@@ -176,6 +182,13 @@ type Destination struct {
 	// DeclareExchange declares each exchange (durable, exchangeType) before
 	// publishing to it; off, the exchange must exist.
 	DeclareExchange bool `yaml:"declareExchange"`
+	// RoutingKeyTokens is single (each value rendered into the exchange or
+	// routing key is one word) or allow (a value may span words).
+	RoutingKeyTokens string `yaml:"routingKeyTokens"`
+
+	// AllowHeaders, for every type, are row headers sent although the
+	// destination's policy drops them (a broker control header).
+	AllowHeaders []string `yaml:"allowHeaders"`
 
 	// tls, for every type that supports it
 	TLS *TLS `yaml:"tls"`

@@ -315,15 +315,27 @@ func (v *validator) log() {
 
 // Keys every destination may have, and keys of each type.
 var (
-	commonKeys = []string{"type", "concurrency", "timeout", "tls"}
+	commonKeys = []string{"type", "concurrency", "timeout", "tls", "allowHeaders"}
 	typeKeys   = map[string][]string{
-		"nats":  {"servers", "subject", "subjectFrom", "stream", "createStream", "streamSubjects", "credsFile", "token", "maxPending"},
-		"http":  {"url", "headers", "auth"},
+		"nats":  {"servers", "subject", "subjectFrom", "subjectTokens", "stream", "createStream", "streamSubjects", "credsFile", "token", "maxPending"},
+		"http":  {"url", "allowedHosts", "headers", "auth"},
 		"kafka": {"brokers", "topic", "topicFrom", "key", "sasl", "createTopics"},
-		"amqp":  {"url", "exchange", "exchangeFrom", "exchangeType", "routingKey", "declareExchange"},
+		"amqp":  {"url", "exchange", "exchangeFrom", "exchangeType", "routingKey", "routingKeyTokens", "declareExchange"},
+	}
+	// identityHeaders carry a message's identity on some protocol; a row
+	// header can never set one (contract §4).
+	identityHeaders = []string{"Nats-Msg-Id", "X-Message-Id", "Idempotency-Key", "message_id"}
+	// ownHeaders are the headers each type of destination sets itself.
+	ownHeaders = map[string][]string{
+		"nats":  {"X-Topic", "X-Attempt", "X-Message-Key"},
+		"http":  {"X-Topic", "X-Attempt", "X-Message-Key", "X-Message-Key-Encoding", "X-Topic-Encoding", "Content-Type"},
+		"kafka": {"X-Topic", "X-Attempt"},
+		"amqp":  {"x-topic", "x-attempt", "x-message-key"},
 	}
 	reservedHeaders = []string{"X-Message-Id", "Idempotency-Key", "X-Topic", "X-Attempt", "X-Message-Key", "Content-Type"}
 	headerName      = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
+	allowHeaderName = regexp.MustCompile(`^[!-9;-~]{1,255}$`)
+	allowedHost     = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$`)
 )
 
 func article(typ string) string {
@@ -362,10 +374,12 @@ func (v *validator) destinations() {
 		if d.TLS != nil && (d.TLS.CertFile == "") != (d.TLS.KeyFile == "") {
 			v.fail(p+".tls", "certFile and keyFile go together")
 		}
+		v.allowHeaders(p, d)
 		switch d.Type {
 		case "nats":
 			v.list(p+".servers", d.Servers, "nats://127.0.0.1:4222")
 			v.address(p, "subject", d.Subject, "subjectFrom", d.SubjectFrom)
+			v.tokens(p+".subjectTokens", d.SubjectTokens)
 			if d.MaxPending < 0 {
 				v.fail(p+".maxPending", "must be 0 (default) or positive, got %d", d.MaxPending)
 			}
@@ -374,9 +388,10 @@ func (v *validator) destinations() {
 			}
 		case "http":
 			v.template(p+".url", d.URL, true)
-			if d.URL != "" && !hasScheme(d.URL, "http", "https") {
+			if d.URL != "" && !hasScheme(d.URL, "http", "https") && !strings.HasPrefix(d.URL, "{{") {
 				v.fail(p+".url", "must be an http:// or https:// URL")
 			}
+			v.allowedHosts(p, d)
 			v.headers(p, d.Headers)
 			if a := d.Auth; a != nil && a.Bearer != "" && (a.Username != "" || a.Password != "") {
 				v.fail(p+".auth", "set bearer or username/password, not both")
@@ -408,6 +423,60 @@ func (v *validator) destinations() {
 			v.address(p, "exchange", d.Exchange, "exchangeFrom", d.ExchangeFrom)
 			v.oneOf(p+".exchangeType", d.ExchangeType, "direct", "fanout", "topic", "headers")
 			v.template(p+".routingKey", d.RoutingKey, false)
+			v.tokens(p+".routingKeyTokens", d.RoutingKeyTokens)
+		}
+	}
+}
+
+// tokens checks subjectTokens and routingKeyTokens: single (the default)
+// or allow.
+func (v *validator) tokens(path, val string) {
+	if v.set(path) {
+		v.oneOf(path, val, "single", "allow")
+	}
+}
+
+// allowedHosts checks an http destination's url against allowedHosts: a
+// url whose scheme or host is a template needs them, and each is a host
+// name, *.domain, or either with :port.
+func (v *validator) allowedHosts(p string, d Destination) {
+	tmpl, err := router.ParseTemplate(d.URL)
+	if err != nil {
+		return // reported by template
+	}
+	templated := slices.ContainsFunc(tmpl.URLParts(), func(part router.URLPart) bool {
+		return part == router.URLScheme || part == router.URLAuthority
+	})
+	switch {
+	case templated && len(d.AllowedHosts) == 0:
+		v.fail(p+".url", "the scheme or host is rendered from the row: set allowedHosts to the hosts it may send to, or write the host literally")
+	case !templated && v.set(p+".allowedHosts"):
+		v.warn(p+".allowedHosts", "has no effect: the url's host is literal")
+	}
+	for i, h := range d.AllowedHosts {
+		if !allowedHost.MatchString(h) {
+			v.fail(fmt.Sprintf("%s.allowedHosts[%d]", p, i), "%q is not a host name: write hooks.example.com, *.example.com or host:port", h)
+		}
+	}
+}
+
+// allowHeaders checks a destination's allowHeaders: header names that
+// are neither an identity header nor one the destination sets itself (a
+// row can never replace those, whatever the list says).
+func (v *validator) allowHeaders(p string, d Destination) {
+	for i, h := range d.AllowHeaders {
+		path := fmt.Sprintf("%s.allowHeaders[%d]", p, i)
+		switch {
+		case !allowHeaderName.MatchString(h):
+			v.fail(path, "%q is not a header name (printable ASCII, no spaces or colons)", h)
+		case slices.ContainsFunc(identityHeaders, func(id string) bool { return strings.EqualFold(h, id) }):
+			v.fail(path, "%s carries the message's identity: a row header can never set it", h)
+		case d.Type == "nats" && strings.Contains(strings.ToLower(h), "msg-id"):
+			v.fail(path, "%s names Msg-Id, which NATS servers before 2.10 may read as the message's identity: a row header can never set it", h)
+		case slices.ContainsFunc(ownHeaders[d.Type], func(own string) bool { return strings.EqualFold(h, own) }):
+			v.fail(path, "%s is set by queuebox itself: a row header can never replace it", h)
+		case d.Type == "http" && strings.EqualFold(h, "Authorization") && d.Auth != nil:
+			v.fail(path, "Authorization is set by queuebox itself from auth: a row header can never replace it")
 		}
 	}
 }
