@@ -40,6 +40,7 @@ type Metrics struct {
 	wakeArmed       prometheus.Gauge
 	wakeNotified    prometheus.Counter
 	buildInfo       *prometheus.GaugeVec
+	headersDropped  *prometheus.CounterVec
 
 	// Backlog gauges, refreshed on an interval by whoever owns the
 	// database (never per scrape).
@@ -138,6 +139,10 @@ func New() *Metrics {
 			"1 while this relay holds the notify lock: it sleeps and producers notify."),
 		wakeNotified: counter("wake_notifications_total",
 			"Notifications received on the relay.notify channel."),
+		headersDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "row_headers_dropped_total",
+			Help: "Row headers a destination did not send because its policy drops them (broker control headers, the headers queuebox sets itself), per message published.",
+		}, []string{"destination"}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; its labels say which build is running (queuebox version).",
@@ -145,7 +150,7 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.pastFront, m.destLimit, m.backpressure, m.publishDuration, m.commitToAck, m.deliveries,
 		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
-		m.OldestProcessingAge, m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified, m.buildInfo)
+		m.OldestProcessingAge, m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified, m.buildInfo, m.headersDropped)
 	// Every series with a fixed label set exists from the start, at zero,
 	// so that dashboards and alerts (rate(), absent()) see it before the
 	// first event.
@@ -200,7 +205,12 @@ func (m *Metrics) InitDestination(name string) {
 	m.publishDuration.WithLabelValues(name)
 	m.commitToAck.WithLabelValues(name)
 	m.destLimit.WithLabelValues(name)
+	m.headersDropped.WithLabelValues(name)
 }
+
+// RowHeaderDropped counts a row header that destination dest did not send
+// (its OnDroppedHeader).
+func (m *Metrics) RowHeaderDropped(dest string) { m.headersDropped.WithLabelValues(dest).Inc() }
 
 func result(err error) string {
 	if err != nil {

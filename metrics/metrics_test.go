@@ -98,3 +98,18 @@ func TestBuildInfo(t *testing.T) {
 		t.Errorf("build_info = %v, want 1", got)
 	}
 }
+
+// TestRowHeadersDropped checks the dropped-header counter: at zero for a
+// configured destination, one per drop.
+func TestRowHeadersDropped(t *testing.T) {
+	m := New()
+	m.InitDestination("events")
+	if got := testutil.ToFloat64(m.headersDropped.WithLabelValues("events")); got != 0 {
+		t.Errorf("before any drop = %v", got)
+	}
+	m.RowHeaderDropped("events")
+	m.RowHeaderDropped("events")
+	if got := testutil.ToFloat64(m.headersDropped.WithLabelValues("events")); got != 2 {
+		t.Errorf("after two drops = %v", got)
+	}
+}

@@ -146,7 +146,7 @@ func check(ctx context.Context, w io.Writer, g *globalFlags) error {
 	for _, name := range names {
 		d := cfg.Destinations[name]
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		dest, err := openDestination(dctx, name, d, cfg, log)
+		dest, err := openDestination(dctx, name, d, cfg, log, nil)
 		warning := ""
 		if err == nil {
 			if c, ok := dest.(destination.Checker); ok {

@@ -14,6 +14,7 @@ import (
 	httpdest "github.com/queuebox/queuebox/destination/http"
 	kafkadest "github.com/queuebox/queuebox/destination/kafka"
 	natsdest "github.com/queuebox/queuebox/destination/nats"
+	"github.com/queuebox/queuebox/internal/redact"
 )
 
 // tlsConfig builds the client TLS configuration of a destination's tls
@@ -70,38 +71,67 @@ func hardConcurrency(cfg *config.Config, d config.Destination) int {
 	return cfg.Relay.MaxInflight
 }
 
+// maxLoggedHeaderName bounds a dropped row header's name in the debug log:
+// the name is the row's, of any length.
+const maxLoggedHeaderName = 128
+
+// droppedHeaders returns the OnDroppedHeader of destination name: a DEBUG
+// line naming the destination and the header (never its value), and
+// count, when not nil (queuebox_row_headers_dropped_total).
+func droppedHeaders(name string, log *slog.Logger, secrets []string, count func(dest string)) func(header string) {
+	return func(header string) {
+		if count != nil {
+			count(name)
+		}
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("row header dropped by the destination's policy", "destination", name, "header", redact.Bounded(header, maxLoggedHeaderName, secrets...))
+		}
+	}
+}
+
 // openDestination builds the destination of one config entry: an explicit
 // switch on its type, the only place that knows the concrete adapters.
-func openDestination(ctx context.Context, name string, d config.Destination, cfg *config.Config, log *slog.Logger) (destination.Destination, error) {
+// countDropped, when not nil, counts each row header the destination drops.
+func openDestination(ctx context.Context, name string, d config.Destination, cfg *config.Config, log *slog.Logger, countDropped func(dest string)) (destination.Destination, error) {
 	concurrency := hardConcurrency(cfg, d)
 	tc, err := tlsConfig(d.TLS)
 	if err != nil {
 		return nil, err
 	}
+	secrets := cfg.Secrets()
+	onDropped := droppedHeaders(name, log, secrets, countDropped)
 	switch d.Type {
 	case "nats":
 		o := natsdest.Options{
-			Name:           name,
-			Servers:        d.Servers,
-			Subject:        d.AddressTemplate(),
-			Token:          d.Token,
-			CredsFile:      d.CredsFile,
-			MaxPending:     d.MaxPending,
-			Stream:         d.Stream,
-			CreateStream:   d.StreamCreate,
-			StreamSubjects: d.StreamSubjects,
-			AckTimeout:     d.Timeout.D(),
-			TLS:            tc,
+			Name:            name,
+			Servers:         d.Servers,
+			Subject:         d.AddressTemplate(),
+			SubjectTokens:   d.SubjectTokens == "allow",
+			Token:           d.Token,
+			CredsFile:       d.CredsFile,
+			MaxPending:      d.MaxPending,
+			Stream:          d.Stream,
+			CreateStream:    d.StreamCreate,
+			StreamSubjects:  d.StreamSubjects,
+			AckTimeout:      d.Timeout.D(),
+			TLS:             tc,
+			AllowHeaders:    d.AllowHeaders,
+			OnDroppedHeader: onDropped,
+			Secrets:         secrets,
 		}
 		return natsdest.New(ctx, o, log)
 	case "http":
 		o := httpdest.Options{
-			Name:        name,
-			URL:         d.AddressTemplate(),
-			Timeout:     d.Timeout.D(),
-			Headers:     d.Headers,
-			Concurrency: concurrency,
-			TLS:         tc,
+			Name:            name,
+			URL:             d.AddressTemplate(),
+			AllowedHosts:    d.AllowedHosts,
+			Timeout:         d.Timeout.D(),
+			Headers:         d.Headers,
+			Concurrency:     concurrency,
+			TLS:             tc,
+			AllowHeaders:    d.AllowHeaders,
+			OnDroppedHeader: onDropped,
+			Secrets:         secrets,
 		}
 		if d.Auth != nil {
 			o.Auth = &httpdest.Auth{Bearer: d.Auth.Bearer, Username: d.Auth.Username, Password: d.Auth.Password}
@@ -116,6 +146,9 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			TLS:          tc,
 			CreateTopics: d.CreateTopics,
 			WriteTimeout: d.Timeout.D(),
+
+			AllowHeaders:    d.AllowHeaders,
+			OnDroppedHeader: onDropped,
 		}
 		if d.SASL != nil {
 			o.SASL = &kafkadest.SASL{Mechanism: d.SASL.Mechanism, Username: d.SASL.Username, Password: d.SASL.Password}
@@ -131,6 +164,11 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			DeclareExchange: d.DeclareExchange,
 			TLS:             tc,
 			ConfirmTimeout:  d.Timeout.D(),
+
+			RoutingKeyTokens: d.RoutingKeyTokens == "allow",
+			AllowHeaders:     d.AllowHeaders,
+			OnDroppedHeader:  onDropped,
+			Secrets:          secrets,
 		}, log)
 	default:
 		return nil, fmt.Errorf("destination type %q is not supported by this build", d.Type)

@@ -125,7 +125,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		}
 	}
 	for name, d := range cfg.Destinations {
-		dest, err := openDestination(ctx, name, d, cfg, log)
+		dest, err := openDestination(ctx, name, d, cfg, log, rt.metrics.RowHeaderDropped)
 		if err != nil {
 			return nil, fmt.Errorf("destinations.%s: %w", name, err)
 		}
