@@ -107,7 +107,17 @@ type DeadListParams struct {
 	TopicPattern string    // router pattern; empty: all
 	Key          string    // exact key; empty: all
 	Since        time.Time // updated at or after; zero: no bound
-	Limit        int
+	// SinceAgo, when not nil, bounds updated_at on the database clock:
+	// at or after the database's now minus it (dead list --since 2h). A
+	// time computed on the host's clock would be off by the skew between
+	// the two.
+	SinceAgo *time.Duration
+	Limit    int
+}
+
+// TimeBoundsUsable is the package function for p's bounds.
+func (p DeadListParams) TimeBoundsUsable(m Mapping) error {
+	return timeBoundsUsable(m, !p.Since.IsZero() || p.SinceAgo != nil, false)
 }
 
 // DefaultDeadListLimit is the number of rows DeadList returns when
@@ -140,13 +150,23 @@ type ReplayParams struct {
 	TopicPattern string
 	Key          string
 	Since, Until time.Time
-	DryRun       bool
-	BatchSize    int // rows per statement, so large replays hold no long locks (default 500)
+	// SinceAgo and UntilAgo, when not nil, bound updated_at on the
+	// database clock, as the database's now minus them (replay --since 2h
+	// --until 30m).
+	SinceAgo, UntilAgo *time.Duration
+	DryRun             bool
+	BatchSize          int // rows per statement, so large replays hold no long locks (default 500)
 }
 
 // Empty reports whether no selector is set.
 func (p ReplayParams) Empty() bool {
-	return len(p.IDs) == 0 && p.TopicPattern == "" && p.Key == "" && p.Since.IsZero() && p.Until.IsZero()
+	return len(p.IDs) == 0 && p.TopicPattern == "" && p.Key == "" && p.Since.IsZero() && p.Until.IsZero() &&
+		p.SinceAgo == nil && p.UntilAgo == nil
+}
+
+// TimeBoundsUsable is the package function for p's bounds.
+func (p ReplayParams) TimeBoundsUsable(m Mapping) error {
+	return timeBoundsUsable(m, !p.Since.IsZero() || p.SinceAgo != nil, !p.Until.IsZero() || p.UntilAgo != nil)
 }
 
 // DefaultReplayBatch is the number of rows a replay moves per statement
@@ -174,10 +194,14 @@ func (p ReplayParams) FromState() (outbox.State, error) {
 }
 
 // CheckWindow is a permanent error when both Since and Until are set and
-// Until is not after Since.
+// Until is not after Since (or both SinceAgo and UntilAgo, and UntilAgo is
+// not the shorter).
 func (p ReplayParams) CheckWindow() error {
 	if !p.Since.IsZero() && !p.Until.IsZero() && !p.Until.After(p.Since) {
 		return outbox.Permanent(fmt.Errorf("replay: until (%s) is not after since (%s)", p.Until.Format(time.RFC3339), p.Since.Format(time.RFC3339)))
+	}
+	if p.SinceAgo != nil && p.UntilAgo != nil && *p.UntilAgo >= *p.SinceAgo {
+		return outbox.Permanent(fmt.Errorf("replay: until (%s ago) is not after since (%s ago)", *p.UntilAgo, *p.SinceAgo))
 	}
 	return nil
 }
@@ -188,14 +212,18 @@ func (p ReplayParams) CheckWindow() error {
 // column. Without this check a table lacking the column matched every row:
 // replay --state sent --since 1h replayed the whole sent history.
 func TimeBoundsUsable(m Mapping, since, until time.Time) error {
-	if (since.IsZero() && until.IsZero()) || m.Has(ColUpdatedAt) {
+	return timeBoundsUsable(m, !since.IsZero(), !until.IsZero())
+}
+
+func timeBoundsUsable(m Mapping, since, until bool) error {
+	if (!since && !until) || m.Has(ColUpdatedAt) {
 		return nil
 	}
 	bound := "since and until select"
 	switch {
-	case until.IsZero():
+	case !until:
 		bound = "since selects"
-	case since.IsZero():
+	case !since:
 		bound = "until selects"
 	}
 	return outbox.Permanent(fmt.Errorf("%s rows by their updatedAt column, which this table does not have (database.columns.updatedAt): select by id, topic or key instead", bound))

@@ -51,19 +51,37 @@ func openInspector(ctx context.Context, g *globalFlags) (*operatorDB, error) {
 	return &operatorDB{cfg: cfg, db: db.Dialect, in: in, close: db.Close}, nil
 }
 
-// parseSince reads a --since or --until value: an RFC 3339 time, or a Go
-// duration meaning that long before now ("2h" is two hours ago).
-func parseSince(flag, v string, now time.Time) (time.Time, error) {
+// timeBound is a --since or --until value: an absolute time (at), or a
+// duration before now (ago), which the database computes on its own clock
+// (the clock updated_at was written with): a time computed here would be
+// off by the skew between this host and the database. Neither: no bound.
+type timeBound struct {
+	at  time.Time
+	ago *time.Duration
+}
+
+// parseTimeBound reads a --since or --until value: an RFC 3339 time, or a
+// Go duration meaning that long before the database's now ("2h" is two
+// hours ago).
+func parseTimeBound(flag, v string) (timeBound, error) {
 	if v == "" {
-		return time.Time{}, nil
+		return timeBound{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
+		return timeBound{at: t}, nil
 	}
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return now.Add(-d), nil
+		return timeBound{ago: &d}, nil
 	}
-	return time.Time{}, usagef("--%s %q: want an RFC 3339 time (2024-05-01T12:00:00Z) or a duration ago (90m, 24h)", flag, v)
+	return timeBound{}, usagef("--%s %q: want an RFC 3339 time (2024-05-01T12:00:00Z) or a duration ago (90m, 24h)", flag, v)
+}
+
+// String is the bound as logged: an RFC 3339 time, "2h0m0s ago" or "".
+func (b timeBound) String() string {
+	if b.ago != nil {
+		return b.ago.String() + " ago"
+	}
+	return fmtTime(b.at)
 }
 
 func checkOutput(v string) error {
@@ -139,7 +157,7 @@ when the table has no updatedAt column) and held.`,
 			if err := checkTopicPattern(topic); err != nil {
 				return err
 			}
-			sinceT, err := parseSince("since", since, time.Now())
+			sinceB, err := parseTimeBound("since", since)
 			if err != nil {
 				return err
 			}
@@ -148,7 +166,7 @@ when the table has no updatedAt column) and held.`,
 				return err
 			}
 			defer odb.close()
-			rows, err := odb.in.DeadList(cmd.Context(), dialect.DeadListParams{TopicPattern: topic, Key: key, Since: sinceT, Limit: limit})
+			rows, err := odb.in.DeadList(cmd.Context(), dialect.DeadListParams{TopicPattern: topic, Key: key, Since: sinceB.at, SinceAgo: sinceB.ago, Limit: limit})
 			if err != nil {
 				return fmt.Errorf("dead list: %w", err)
 			}
@@ -170,7 +188,7 @@ when the table has no updatedAt column) and held.`,
 	f := cmd.Flags()
 	f.StringVar(&topic, "topic", "", "topic pattern (\"*\" one token, \"**\" one or more, last only)")
 	f.StringVar(&key, "key", "", "exact key")
-	f.StringVar(&since, "since", "", "died at or after: RFC 3339 time or a duration ago (24h)")
+	f.StringVar(&since, "since", "", "died at or after: RFC 3339 time, or a duration ago on the database clock (24h)")
 	f.IntVar(&limit, "limit", 50, "the most rows to list")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd

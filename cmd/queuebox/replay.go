@@ -24,7 +24,8 @@ func newReplayCmd(g *globalFlags) *cobra.Command {
 pending: attempt 0, due now, last_error and claim cleared, the same id and
 sequence. Selectors combine with AND; at least one is required. --since and
 --until bound updated_at (when the row died or was sent): since inclusive,
-until exclusive. Rows move in batches of --batch-size, each its own short
+until exclusive; a duration (2h) counts back from the database's clock, the
+one updated_at was written with, not this host's. Rows move in batches of --batch-size, each its own short
 statement, so a large replay holds no long locks.
 
 It prints "replayed N rows" (or, with --dry-run, "would replay N rows") and
@@ -46,19 +47,22 @@ out, two rows of one key in flight. Run the replay again once it is sent.`,
 			if err := checkTopicPattern(topic); err != nil {
 				return err
 			}
-			now := time.Now()
-			sinceT, err := parseSince("since", since, now)
+			sinceB, err := parseTimeBound("since", since)
 			if err != nil {
 				return err
 			}
-			untilT, err := parseSince("until", until, now)
+			untilB, err := parseTimeBound("until", until)
 			if err != nil {
 				return err
 			}
-			if !sinceT.IsZero() && !untilT.IsZero() && !untilT.After(sinceT) {
+			// A duration and a time are compared by the database, on its
+			// clock; two of a kind here.
+			if (!sinceB.at.IsZero() && !untilB.at.IsZero() && !untilB.at.After(sinceB.at)) ||
+				(sinceB.ago != nil && untilB.ago != nil && *untilB.ago >= *sinceB.ago) {
 				return usagef("--until must be after --since")
 			}
-			p := dialect.ReplayParams{State: state, IDs: ids, TopicPattern: topic, Key: key, Since: sinceT, Until: untilT, DryRun: dryRun, BatchSize: batchSize}
+			p := dialect.ReplayParams{State: state, IDs: ids, TopicPattern: topic, Key: key, Since: sinceB.at, Until: untilB.at,
+				SinceAgo: sinceB.ago, UntilAgo: untilB.ago, DryRun: dryRun, BatchSize: batchSize}
 			if p.Empty() {
 				return usagef("replay needs a selector: --id, --topic, --key, --since or --until (replaying every %s row is never the default)", state)
 			}
@@ -76,7 +80,7 @@ out, two rows of one key in flight. Run the replay again once it is sent.`,
 			if dryRun {
 				n = res.Selected
 			}
-			attrs := []any{"state", state, "ids", ids, "topic", topic, "key", key, "since", fmtTime(sinceT), "until", fmtTime(untilT), "dry_run", dryRun, "rows", n}
+			attrs := []any{"state", state, "ids", ids, "topic", topic, "key", key, "since", sinceB.String(), "until", untilB.String(), "dry_run", dryRun, "rows", n}
 			if left := res.Left(); err == nil && !dryRun && left > 0 {
 				attrs = append(attrs, "left", left)
 			}
@@ -106,8 +110,8 @@ out, two rows of one key in flight. Run the replay again once it is sent.`,
 	f.StringArrayVar(&ids, "id", nil, "row id (repeatable)")
 	f.StringVar(&topic, "topic", "", "topic pattern (\"*\" one token, \"**\" one or more, last only)")
 	f.StringVar(&key, "key", "", "exact key")
-	f.StringVar(&since, "since", "", "updated at or after: RFC 3339 time or a duration ago (2h)")
-	f.StringVar(&until, "until", "", "updated before: RFC 3339 time or a duration ago")
+	f.StringVar(&since, "since", "", "updated at or after: RFC 3339 time, or a duration ago on the database clock (2h)")
+	f.StringVar(&until, "until", "", "updated before: RFC 3339 time, or a duration ago on the database clock")
 	f.StringVar(&state, "state", "dead", "rows to replay: dead or sent")
 	f.BoolVar(&dryRun, "dry-run", false, "print how many rows would move, move nothing")
 	f.IntVar(&batchSize, "batch-size", 500, "rows per statement")

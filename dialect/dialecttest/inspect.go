@@ -230,6 +230,14 @@ func testDeadList(t *testing.T, h Harness) {
 	if got := list(dialect.DeadListParams{Since: n.Add(-time.Hour), TopicPattern: "invoice.*"}); !slices.Equal(got, []string{ids[2]}) {
 		t.Errorf("since an hour ago, invoice.*: %v", got)
 	}
+	// Durations are taken from the database clock (SinceAgo).
+	hour, ahead := time.Hour, -time.Hour
+	if got := list(dialect.DeadListParams{SinceAgo: &hour, TopicPattern: "invoice.*"}); !slices.Equal(got, []string{ids[2]}) {
+		t.Errorf("since 1h ago on the database clock, invoice.*: %v", got)
+	}
+	if got := list(dialect.DeadListParams{SinceAgo: &ahead}); len(got) != 0 {
+		t.Errorf("since an hour ahead of the database clock: %v", got)
+	}
 }
 
 func testReplay(t *testing.T, h Harness) {
@@ -265,6 +273,14 @@ func testReplay(t *testing.T, h Harness) {
 	db := now(t, ctx, h)
 	n, err = in.Replay(ctx, dialect.ReplayParams{Until: db.Add(-time.Hour)})
 	wantReplay(t, "replay until an hour ago", n, err, 0, 0)
+	hour, twoHours := time.Hour, 2*time.Hour
+	n, err = in.Replay(ctx, dialect.ReplayParams{UntilAgo: &hour})
+	wantReplay(t, "replay until 1h ago on the database clock", n, err, 0, 0)
+	n, err = in.Replay(ctx, dialect.ReplayParams{SinceAgo: &hour, TopicPattern: "pay.*", DryRun: true})
+	wantReplay(t, "dry run since 1h ago on the database clock", n, err, 3, 0)
+	if _, err := in.Replay(ctx, dialect.ReplayParams{SinceAgo: &hour, UntilAgo: &twoHours}); err == nil {
+		t.Error("replay until 2h ago since 1h ago accepted")
+	}
 
 	// Batches of one: three statements.
 	n, err = in.Replay(ctx, dialect.ReplayParams{TopicPattern: "pay.*", Since: db.Add(-time.Hour), BatchSize: 1})

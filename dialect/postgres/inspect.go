@@ -105,6 +105,16 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
+// optMicros is a duration before the database's now() in microseconds, or
+// NULL.
+func optMicros(d *time.Duration) *int64 {
+	if d == nil {
+		return nil
+	}
+	us := d.Microseconds()
+	return &us
+}
+
 func optTopic(pattern string) (*string, error) {
 	if pattern == "" {
 		return nil, nil
@@ -118,7 +128,7 @@ func optTopic(pattern string) (*string, error) {
 
 // DeadList implements dialect.Inspector. A Limit of 0 or less means 50.
 func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dialect.DeadRow, error) {
-	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, time.Time{}); err != nil {
+	if err := p.TimeBoundsUsable(d.mapping); err != nil {
 		return nil, err
 	}
 	topic, err := optTopic(p.TopicPattern)
@@ -126,7 +136,7 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 		return nil, err
 	}
 	limit := p.RowLimit()
-	rows, err := d.pool.Query(ctx, d.queries["dead_list"], topic, optText(p.Key), optTime(p.Since), limit)
+	rows, err := d.pool.Query(ctx, d.queries["dead_list"], topic, optText(p.Key), optTime(p.Since), limit, optMicros(p.SinceAgo))
 	if err != nil {
 		return nil, interpretError("dead_list", err)
 	}
@@ -175,13 +185,14 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.R
 	if err != nil {
 		return dialect.ReplayResult{}, err
 	}
-	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, p.Until); err != nil {
+	if err := p.TimeBoundsUsable(d.mapping); err != nil {
 		return dialect.ReplayResult{}, err
 	}
 	if err := p.CheckWindow(); err != nil {
 		return dialect.ReplayResult{}, err
 	}
-	rows, err := d.pool.Query(ctx, d.queries["replay_select"], state, ids, topic, optText(p.Key), optTime(p.Since), optTime(p.Until))
+	rows, err := d.pool.Query(ctx, d.queries["replay_select"], state, ids, topic, optText(p.Key), optTime(p.Since), optTime(p.Until),
+		optMicros(p.SinceAgo), optMicros(p.UntilAgo))
 	if err != nil {
 		return dialect.ReplayResult{}, interpretError("replay_select", err)
 	}

@@ -407,7 +407,7 @@ func TestClaimPlanUsesIndexes(t *testing.T) {
 		// The operator queries on finished and pending rows (migration
 		// 00003: indexes split by state).
 		"purge":         explain("purge", "sent", int64(24*time.Hour/time.Microsecond), 1000),
-		"dead_list":     explain("dead_list", nil, nil, nil, 50),
+		"dead_list":     explain("dead_list", nil, nil, nil, 50, nil),
 		"stats_backlog": explain("stats_backlog", 10),
 		// The relay's gauges (StatsParams.WithoutSent). With the sent
 		// count, a table of sent rows may well be read whole.

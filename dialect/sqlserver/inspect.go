@@ -83,6 +83,22 @@ func msDuration(ms int64) time.Duration {
 // nullText is SQL NULL for "" (the statements read NULL as "any").
 func nullText(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
+// agoParams are the parameters name_s and name_ms of a duration before
+// the database's now (two INTs, as DATEADD takes; see purge), or NULLs.
+func agoParams(name string, d *time.Duration) (sql.NamedArg, sql.NamedArg) {
+	var s, ms sql.NullInt32
+	if d != nil {
+		total := millis(*d)
+		secs, rest := max(min(total/1000, maxAgeSeconds), -maxAgeSeconds), total%1000
+		if secs != total/1000 {
+			rest = 0
+		}
+		s = sql.NullInt32{Int32: int32(secs), Valid: true}
+		ms = sql.NullInt32{Int32: int32(rest), Valid: true}
+	}
+	return sql.Named(name+"_s", s), sql.Named(name+"_ms", ms)
+}
+
 // nullTime is SQL NULL for the zero time, else the time in UTC (the driver
 // sends it as DATETIMEOFFSET; the statements compare it in UTC).
 func nullTime(t time.Time) sql.NullTime { return sql.NullTime{Time: t.UTC(), Valid: !t.IsZero()} }
@@ -93,9 +109,10 @@ func nullTime(t time.Time) sql.NullTime { return sql.NullTime{Time: t.UTC(), Val
 // reading further pages (newest first, each starting after the last row of
 // the one before) until it has Limit rows or the dead rows run out.
 func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dialect.DeadRow, error) {
-	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, time.Time{}); err != nil {
+	if err := p.TimeBoundsUsable(d.mapping); err != nil {
 		return nil, err
 	}
+	sinceS, sinceMS := agoParams("since_ago", p.SinceAgo)
 	topic, err := parseTopicFilter(p.TopicPattern)
 	if err != nil {
 		return nil, err
@@ -113,7 +130,7 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 	for {
 		rows, err := d.db.QueryContext(ctx, d.queries["dead_list"],
 			sql.Named("n", int64(page)), sql.Named("topic_like", topic.param()), sql.Named("key", nullText(p.Key)),
-			sql.Named("since", nullTime(p.Since)), sql.Named("after_updated", afterUpdated), sql.Named("after_seq", afterSeq))
+			sql.Named("since", nullTime(p.Since)), sinceS, sinceMS, sql.Named("after_updated", afterUpdated), sql.Named("after_seq", afterSeq))
 		if err != nil {
 			return nil, interpretError("dead_list", err)
 		}
@@ -187,7 +204,7 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.R
 		}
 		ids = sql.NullString{String: string(doc), Valid: true}
 	}
-	if err := dialect.TimeBoundsUsable(d.mapping, p.Since, p.Until); err != nil {
+	if err := p.TimeBoundsUsable(d.mapping); err != nil {
 		return dialect.ReplayResult{}, err
 	}
 	if err := p.CheckWindow(); err != nil {
@@ -227,10 +244,13 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.R
 // rows the page had.
 func (d *Dialect) replayPage(ctx context.Context, batch int, state string, ids sql.NullString, topic topicFilter,
 	p dialect.ReplayParams, afterSeq *sql.NullInt64, afterID *sql.NullString) ([]string, int, error) {
+	sinceS, sinceMS := agoParams("since_ago", p.SinceAgo)
+	untilS, untilMS := agoParams("until_ago", p.UntilAgo)
 	rows, err := d.db.QueryContext(ctx, d.queries["replay_select"],
 		sql.Named("n", int64(batch)), sql.Named("state", state), sql.Named("ids", ids),
 		sql.Named("topic_like", topic.param()), sql.Named("key", nullText(p.Key)),
 		sql.Named("since", nullTime(p.Since)), sql.Named("until", nullTime(p.Until)),
+		sinceS, sinceMS, untilS, untilMS,
 		sql.Named("after_seq", *afterSeq), sql.Named("after_id", *afterID))
 	if err != nil {
 		return nil, 0, interpretError("replay_select", err)

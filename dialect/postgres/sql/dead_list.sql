@@ -1,7 +1,9 @@
 -- dead_list: dead rows, newest first: topic matching the regular expression
 -- $1 (a translated router pattern; NULL: any), key $2 (NULL: any), updated at
--- or after $3 (NULL: any), at most $4 rows. The last column says whether the
--- row holds its key while later rows wait (always false without hold).
+-- or after $3 (NULL: any) and at or after $5 microseconds before now() on
+-- the database clock (NULL: any), at most $4 rows. The last column says
+-- whether the row holds its key while later rows wait (always false without
+-- hold).
 SELECT d.{{ col "id" }}::text,
        d.{{ col "topic" }},
        {{ if has "key" }}d.{{ col "key" }}{{ else }}NULL::text{{ end }},
@@ -23,5 +25,6 @@ WHERE d.{{ col "state" }} = {{ state "dead" }}
   AND ($1::text IS NULL OR d.{{ col "topic" }} ~ $1::text)
   AND ($2::text IS NULL OR {{ if has "key" }}d.{{ col "key" }}{{ else }}NULL{{ end }} = $2::text)
   AND ($3::timestamptz IS NULL OR {{ if has "updatedAt" }}d.{{ col "updatedAt" }}{{ else }}NULL{{ end }} >= $3::timestamptz)
+  AND ($5::bigint IS NULL OR {{ if has "updatedAt" }}d.{{ col "updatedAt" }}{{ else }}NULL{{ end }} >= now() - $5::bigint * interval '1 microsecond')
 ORDER BY {{ if has "updatedAt" }}d.{{ col "updatedAt" }} DESC, {{ end }}d.{{ col "sequence" }} DESC
 LIMIT $4

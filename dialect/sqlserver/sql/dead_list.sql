@@ -2,7 +2,9 @@
 -- ({{ if has "updatedAt" }}updated_at, then {{ end }}sequence, descending): topic LIKE @topic_like (a
 -- superset of a router pattern, escape \; NULL: any — the dialect keeps the
 -- rows the pattern matches exactly in Go and fetches further pages until it
--- has enough), key @key (NULL: any), updated at or after @since (NULL: any).
+-- has enough), key @key (NULL: any), updated at or after @since (NULL: any)
+-- and at or after @since_ago_s seconds plus @since_ago_ms milliseconds
+-- before SYSUTCDATETIME() on the database clock (NULL: any).
 -- The page starts after the row (@after_updated, @after_seq) of the previous
 -- page (@after_seq NULL: the first page), so pages neither overlap nor skip
 -- rows. The last column says whether the row holds its key: always 0, hold
@@ -28,6 +30,7 @@ WHERE d.{{ col "state" }} = {{ state "dead" }}
 {{- end }}
 {{- if has "updatedAt" }}
   AND (@since IS NULL OR d.{{ col "updatedAt" }} >= CONVERT(DATETIME2, SWITCHOFFSET(@since, '+00:00')))
+  AND (@since_ago_s IS NULL OR d.{{ col "updatedAt" }} >= DATEADD(millisecond, -@since_ago_ms, DATEADD(second, -@since_ago_s, SYSUTCDATETIME())))
   AND (@after_seq IS NULL
        OR d.{{ col "updatedAt" }} < CONVERT(DATETIME2, SWITCHOFFSET(@after_updated, '+00:00'))
        OR (d.{{ col "updatedAt" }} = CONVERT(DATETIME2, SWITCHOFFSET(@after_updated, '+00:00')) AND d.{{ col "sequence" }} < @after_seq)
@@ -38,6 +41,7 @@ WHERE d.{{ col "state" }} = {{ state "dead" }}
 ORDER BY d.{{ col "updatedAt" }} DESC, d.{{ col "sequence" }} DESC
 {{- else }}
   AND (@since IS NULL OR 1 = 1)
+  AND (@since_ago_s IS NULL OR 1 = 1) AND (@since_ago_ms IS NULL OR 1 = 1)
   AND (@after_seq IS NULL OR d.{{ col "sequence" }} < @after_seq)
   AND (@after_updated IS NULL OR 1 = 1)
 ORDER BY d.{{ col "sequence" }} DESC

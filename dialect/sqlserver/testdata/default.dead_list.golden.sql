@@ -2,7 +2,9 @@
 -- (updated_at, then sequence, descending): topic LIKE @topic_like (a
 -- superset of a router pattern, escape \; NULL: any — the dialect keeps the
 -- rows the pattern matches exactly in Go and fetches further pages until it
--- has enough), key @key (NULL: any), updated at or after @since (NULL: any).
+-- has enough), key @key (NULL: any), updated at or after @since (NULL: any)
+-- and at or after @since_ago_s seconds plus @since_ago_ms milliseconds
+-- before SYSUTCDATETIME() on the database clock (NULL: any).
 -- The page starts after the row (@after_updated, @after_seq) of the previous
 -- page (@after_seq NULL: the first page), so pages neither overlap nor skip
 -- rows. The last column says whether the row holds its key: always 0, hold
@@ -23,6 +25,7 @@ WHERE d.[state] = N'dead'
   AND (@topic_like IS NULL OR d.[topic] LIKE @topic_like ESCAPE N'\')
   AND (@key IS NULL OR d.[key] = @key)
   AND (@since IS NULL OR d.[updated_at] >= CONVERT(DATETIME2, SWITCHOFFSET(@since, '+00:00')))
+  AND (@since_ago_s IS NULL OR d.[updated_at] >= DATEADD(millisecond, -@since_ago_ms, DATEADD(second, -@since_ago_s, SYSUTCDATETIME())))
   AND (@after_seq IS NULL
        OR d.[updated_at] < CONVERT(DATETIME2, SWITCHOFFSET(@after_updated, '+00:00'))
        OR (d.[updated_at] = CONVERT(DATETIME2, SWITCHOFFSET(@after_updated, '+00:00')) AND d.[sequence] < @after_seq)

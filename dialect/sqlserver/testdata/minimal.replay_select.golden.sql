@@ -4,8 +4,10 @@
 -- NULL: the first page): rows stored as @state (the dead or sent state),
 -- with id in the JSON array @ids, topic LIKE @topic_like (a superset of a
 -- router pattern, escape \; the dialect filters the page exactly in Go),
--- key @key, updated at or after @since and before @until; a NULL selector
--- matches all. A plain read: it locks nothing, and the replay statement
+-- key @key, updated at or after @since and before @until, and at or after
+-- @since_ago_s s + @since_ago_ms ms and before @until_ago_s s +
+-- @until_ago_ms ms before SYSUTCDATETIME() on the database clock; a NULL
+-- selector matches all. A plain read: it locks nothing, and the replay statement
 -- re-checks the state of every id it moves. OPTION (RECOMPILE): the
 -- optional selectors are folded away for each call's parameters.
 SELECT TOP (@n)
@@ -19,6 +21,7 @@ WHERE r.[state] = @state
   AND (@topic_like IS NULL OR r.[topic] LIKE @topic_like ESCAPE N'\')
   AND @key IS NULL
   AND @since IS NULL AND @until IS NULL
+  AND @since_ago_s IS NULL AND @since_ago_ms IS NULL AND @until_ago_s IS NULL AND @until_ago_ms IS NULL
   AND (@after_seq IS NULL
        OR r.[sequence] > @after_seq
        OR (r.[sequence] = @after_seq AND r.[id] > CONVERT(UNIQUEIDENTIFIER, @after_id)))
