@@ -77,6 +77,7 @@ CONTAINER_ENGINE ?= $(shell command -v docker >/dev/null 2>&1 && echo docker || 
 IMAGE_PLATFORM ?= linux/$(shell $(GO) env GOARCH)
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 HELM ?= $(GO) run helm.sh/helm/v4/cmd/helm@v4.3.2
+PROMTOOL ?= promtool
 
 .PHONY: release
 release: ## Build reproducible archives for PLATFORMS into DIST (default dist/) with SHA256SUMS; VERSION=v0.1.0.
@@ -99,3 +100,13 @@ test-release: ## Check that two builds of HEAD give the same SHA256SUMS (scripts
 test-image: ## Build the image with podman and run it read-only against PostgreSQL and a webhook.
 	$(MAKE) image IMAGE=queuebox:test CONTAINER_ENGINE=podman
 	QUEUEBOX_TEST_IMAGE=queuebox:test $(GO) test -count=1 -v -run '^TestImage$$' ./deploy/
+
+.PHONY: test-chart
+test-chart: ## Lint and render the Helm chart and check it against the binary (HELM: go run helm@v4.3.2).
+	$(HELM) lint --strict deploy/helm/queuebox
+	QUEUEBOX_HELM="$(HELM)" $(GO) test -count=1 -v -run '^TestChart$$' ./deploy/
+
+.PHONY: test-alerts
+test-alerts: ## Check the Prometheus alerts and run their unit tests with promtool.
+	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yaml
