@@ -119,10 +119,13 @@ routes:
 }
 
 // TestSecretsNeverLeak runs the relay with a database password in the URL,
-// an HTTP bearer token, basic-auth credentials and a token in an HTTP URL,
-// drives failures that carry them (a 500 whose body echoes the token, an
+// an HTTP bearer token, basic-auth credentials, a token in an HTTP URL and
+// a token in a static header, drives failures that carry them (a 500 whose
+// body echoes the token, one that echoes the header's token across the
+// 256th byte, where the error's snippet of the body is cut, an
 // unreachable destination), then greps the process output, last_error
-// and a /metrics scrape for every secret.
+// and a /metrics scrape for every secret, and for the first bytes (4 or
+// more) of the one at the cut.
 func TestSecretsNeverLeak(t *testing.T) {
 	resetKeys()
 	const (
@@ -131,6 +134,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		basicUser  = "hookuser"
 		basicPass  = "B4sic-secret-pw-13"
 		urlToken   = "Url-t0ken-secret-55"
+		hdrToken   = "HdrSecret-t0ken-83"
 	)
 	w := newWorld(t, worldOptions{})
 	// Trust authentication ignores the password, but it is in the URL the
@@ -140,6 +144,14 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Skipf("cannot place a password in %s", w.pg.URL)
 	}
 	echo := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hdr" {
+			// The header's token starts 8 bytes before the 256th byte
+			// of the body: cut there before redaction, "HdrSecre" is
+			// left (and "tok=" is no pattern the redactor knows).
+			rw.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(rw, "%stok=%s; and more text after it %s", strings.Repeat("p", 256-8-len("tok=")), r.Header.Get("X-Api-Token"), strings.Repeat("q", 300))
+			return
+		}
 		// A receiver that echoes what it got, credentials included.
 		http.Error(rw, fmt.Sprintf("upstream failure; auth=%q url=%q", r.Header.Get("Authorization"), r.URL.String()), http.StatusInternalServerError)
 	}))
@@ -169,6 +181,10 @@ destinations:
     type: http
     url: "http://%s:%s@%s/gone"
     timeout: 1s
+  hdr:
+    type: http
+    url: "%s/hdr"
+    headers: {X-Api-Token: %q}
 routes:
   - topicPattern: "echo.*"
     destination: echo
@@ -176,13 +192,15 @@ routes:
     destination: basic
   - topicPattern: "gone.*"
     destination: gone
-`, withPassword, w.pg.Schema, echo.URL, urlToken, bearer, echo.URL, urlToken, basicUser, basicPass, basicUser, basicPass, closed)
+  - topicPattern: "hdr.*"
+    destination: hdr
+`, withPassword, w.pg.Schema, echo.URL, urlToken, bearer, echo.URL, urlToken, basicUser, basicPass, basicUser, basicPass, closed, echo.URL, hdrToken)
 	path := filepath.Join(t.TempDir(), "secrets.yaml")
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx := testenv.Context(t, time.Minute)
-	for _, topic := range []string{"echo.created", "basic.created", "gone.created", "echo.other", "basic.other", "gone.other"} {
+	for _, topic := range []string{"echo.created", "basic.created", "gone.created", "echo.other", "basic.other", "gone.other", "hdr.created", "hdr.other"} {
 		if _, err := w.pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload, max_attempts) VALUES ($1, $1, '{"n": 0}', 2)`, topic); err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +213,7 @@ routes:
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		var n int
 		_ = w.pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'dead' OR (topic LIKE 'gone.%' AND last_error IS NOT NULL)`).Scan(&n)
-		return n == 6
+		return n == 8
 	}, "failures not recorded")
 	metricsText := testenv.Scrape(t, addr)
 	p.Stop(syscall.SIGTERM, 30*time.Second)
@@ -214,12 +232,21 @@ routes:
 	rows.Close()
 	places := map[string]string{"logs": p.Logs(), "last_error": strings.Join(lastErrors, "\n"), "metrics": metricsText}
 	for where, text := range places {
-		for _, secret := range []string{dbPassword, bearer, basicPass, urlToken, base64.StdEncoding.EncodeToString([]byte(basicUser + ":" + basicPass))} {
+		for _, secret := range []string{dbPassword, bearer, basicPass, urlToken, hdrToken, base64.StdEncoding.EncodeToString([]byte(basicUser + ":" + basicPass))} {
 			if strings.Contains(text, secret) {
 				i := strings.Index(text, secret)
 				t.Errorf("secret %q found in %s: ...%s...", secret, where, text[max(0, i-120):min(len(text), i+len(secret)+40)])
 			}
 		}
+		for k := len(hdrToken) - 1; k >= 4; k-- {
+			if i := strings.Index(text, hdrToken[:k]); i >= 0 {
+				t.Errorf("the first %d bytes of the header's token (%q) found in %s: ...%s...", k, hdrToken[:k], where, text[max(0, i-120):min(len(text), i+k+40)])
+				break
+			}
+		}
+	}
+	if !strings.Contains(places["last_error"], "tok=xxxxx") {
+		t.Errorf("last_error does not show the masked token of the echoed header: %q", places["last_error"])
 	}
 	if !strings.Contains(places["last_error"], "500") {
 		t.Errorf("last_error does not show the failures it should: %q", places["last_error"])
