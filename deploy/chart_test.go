@@ -47,10 +47,7 @@ func TestChart(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 
-	bin := filepath.Join(t.TempDir(), "queuebox")
-	if out, err := exec.Command("go", "build", "-o", bin, testenv.QueueboxPackage).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testenv.BuildQueuebox(t)
 
 	t.Run("defaults", func(t *testing.T) {
 		out, err := run("template", "q", chartDir)
