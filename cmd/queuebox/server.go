@@ -51,7 +51,7 @@ func (rt *relayRuntime) managementHandler() http.Handler {
 	return mux
 }
 
-// readyBody is the JSON of /health/ready (docs/operations.md).
+// readyBody is the JSON of /health/ready (docs/deploying.md, Probes).
 type readyBody struct {
 	Status     string                     `json:"status"`    // up, degraded (ready, a destination down) or down
 	Readiness  string                     `json:"readiness"` // server.readiness: database or strict
