@@ -13,7 +13,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
-	"github.com/queuebox/queuebox/internal/redact"
+	"github.com/queuebox/queuebox/redact"
 )
 
 // Load reads, expands, decodes and validates the configuration file at

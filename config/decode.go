@@ -12,7 +12,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/token"
 
-	"github.com/queuebox/queuebox/internal/suggest"
+	"github.com/queuebox/queuebox/suggest"
 )
 
 // decoder fills the typed configuration from the YAML syntax tree. It is

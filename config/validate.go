@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/internal/suggest"
 	"github.com/queuebox/queuebox/router"
+	"github.com/queuebox/queuebox/suggest"
 )
 
 // validator checks a decoded configuration. seen holds the position of

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/redact"
 )
 
 // Outcome names what the engine did with a row, for metrics and logs.

@@ -8,12 +8,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/queuebox/queuebox/internal/bench"
+	"github.com/queuebox/queuebox/cmd/queuebox/bench"
 )
 
 // newBenchCmd is `queuebox bench`: the throughput, latency and idle-cost
 // benchmark against the local PostgreSQL and NATS (see docs/benchmarks.md).
-// The logic lives in internal/bench; replicas are this binary's `run`.
+// The logic lives in package bench beside this file; replicas are this binary's `run`.
 func newBenchCmd(_ *globalFlags) *cobra.Command {
 	o := bench.Defaults()
 	var (

@@ -14,7 +14,7 @@ import (
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/dialect/postgres"
-	"github.com/queuebox/queuebox/internal/redact"
+	"github.com/queuebox/queuebox/redact"
 )
 
 // errCheckFailed is returned by check when it found problems; they have

@@ -19,7 +19,7 @@ import (
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/dialect/sqlserver"
-	"github.com/queuebox/queuebox/internal/redact"
+	"github.com/queuebox/queuebox/redact"
 )
 
 // connectTimeout bounds the first connection to the database: a database

@@ -14,7 +14,7 @@ import (
 	httpdest "github.com/queuebox/queuebox/destination/http"
 	kafkadest "github.com/queuebox/queuebox/destination/kafka"
 	natsdest "github.com/queuebox/queuebox/destination/nats"
-	"github.com/queuebox/queuebox/internal/redact"
+	"github.com/queuebox/queuebox/redact"
 )
 
 // tlsConfig builds the client TLS configuration of a destination's tls

@@ -13,7 +13,7 @@ import (
 	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/internal/redact"
+	"github.com/queuebox/queuebox/redact"
 	"github.com/queuebox/queuebox/relay"
 )
 

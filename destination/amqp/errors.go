@@ -6,8 +6,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/redact"
 )
 
 // The limits a message is checked against before it is written. A message

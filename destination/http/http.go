@@ -50,8 +50,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/queuebox/queuebox/destination"
-	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/redact"
 	"github.com/queuebox/queuebox/router"
 )
 

@@ -20,9 +20,9 @@ import (
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/destination/destinationtest"
 	httpdest "github.com/queuebox/queuebox/destination/http"
-	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/internal/testenv"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/redact"
 )
 
 // recorder is a receiver that keeps every request it accepts. A request

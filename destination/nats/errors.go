@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/queuebox/queuebox/internal/redact"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/redact"
 )
 
 // The limits a message is checked against before it is published. Over

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/internal/suggest"
 	"github.com/queuebox/queuebox/outbox"
+	"github.com/queuebox/queuebox/suggest"
 )
 
 // Claim modes (relay.claimMode).
