@@ -18,7 +18,7 @@
 //     zero (and validation refuses it); only absent keys are defaulted.
 //  4. Validation: enumerations, positive numbers and durations, required
 //     keys per destination type, keys of another type, address templates
-//     (router.ParseTemplate), topic patterns (router.ParsePattern) and
+//     (address.ParseTemplate), topic patterns (address.ParsePattern) and
 //     route destinations. Problems that do not stop the relay, such as a
 //     destination no route uses, are kept as Warnings.
 //

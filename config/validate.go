@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/router"
 	"github.com/queuebox/queuebox/suggest"
@@ -440,12 +441,12 @@ func (v *validator) tokens(path, val string) {
 // url whose scheme or host is a template needs them, and each is a host
 // name, *.domain, or either with :port.
 func (v *validator) allowedHosts(p string, d Destination) {
-	tmpl, err := router.ParseTemplate(d.URL)
+	tmpl, err := address.ParseTemplate(d.URL)
 	if err != nil {
 		return // reported by template
 	}
-	templated := slices.ContainsFunc(tmpl.URLParts(), func(part router.URLPart) bool {
-		return part == router.URLScheme || part == router.URLAuthority
+	templated := slices.ContainsFunc(tmpl.URLParts(), func(part address.URLPart) bool {
+		return part == address.URLScheme || part == address.URLAuthority
 	})
 	switch {
 	case templated && len(d.AllowedHosts) == 0:
@@ -528,7 +529,7 @@ func (v *validator) template(path, s string, required bool) {
 		}
 		return
 	}
-	if _, err := router.ParseTemplate(s); err != nil {
+	if _, err := address.ParseTemplate(s); err != nil {
 		v.fail(path, "%v", err)
 	}
 }
@@ -558,13 +559,13 @@ func (v *validator) routes() {
 	}
 	names := sortedKeys(v.cfg.Destinations)
 	used := map[string]bool{}
-	var patterns []router.Pattern
+	var patterns []address.Pattern
 	var patternIdx []int
 	for i, r := range routes {
 		p := fmt.Sprintf("routes[%d]", i)
 		if r.TopicPattern == "" {
 			v.fail(p+".topicPattern", "required")
-		} else if pat, err := router.ParsePattern(r.TopicPattern); err != nil {
+		} else if pat, err := address.ParsePattern(r.TopicPattern); err != nil {
 			v.fail(p+".topicPattern", "%v", err)
 		} else {
 			for j, earlier := range patterns {

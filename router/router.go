@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -53,7 +54,7 @@ func ParseOnError(s string) (OnError, error) {
 // Route is a compiled route. When and Transform are nil for a route that
 // has none; such a route costs a pattern match and nothing more.
 type Route struct {
-	Pattern     Pattern
+	Pattern     address.Pattern
 	Destination string
 	Index       int // position in the configured list, from 0
 	When        *Expr
@@ -80,7 +81,7 @@ type Router struct {
 func New(specs []RouteSpec) (*Router, error) {
 	r := &Router{routes: make([]Route, 0, len(specs))}
 	for i, s := range specs {
-		p, err := ParsePattern(s.Pattern)
+		p, err := address.ParsePattern(s.Pattern)
 		if err != nil {
 			return nil, fmt.Errorf("routes[%d].topicPattern: %w", i, err)
 		}

@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/dialect/postgres"
-	"github.com/queuebox/queuebox/router"
 )
 
 // schemaError is openDialect's error when the table cannot be relayed as
@@ -78,7 +78,7 @@ func routesUsingAggregateType(cfg *config.Config) []string {
 	var out []string
 	for name, d := range cfg.Destinations {
 		for _, src := range []string{d.AddressTemplate(), d.Key, d.RoutingKey} {
-			t, err := router.ParseTemplate(src)
+			t, err := address.ParseTemplate(src)
 			if src != "" && err == nil && t.Uses("aggregateType") {
 				out = append(out, "destinations."+name)
 				break

@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/router"
 )
 
 // operatorDB is what the operator commands (dead, replay, stats) open: the
@@ -95,7 +95,7 @@ func checkTopicPattern(p string) error {
 	if p == "" {
 		return nil
 	}
-	if _, err := router.ParsePattern(p); err != nil {
+	if _, err := address.ParsePattern(p); err != nil {
 		return usagef("--topic: %v", err)
 	}
 	return nil

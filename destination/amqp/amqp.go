@@ -30,9 +30,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/outbox"
-	"github.com/queuebox/queuebox/router"
 )
 
 // Header names set on every message (AMQP header names are lower case by
@@ -120,9 +120,9 @@ type Destination struct {
 	opts     Options
 	log      *slog.Logger
 	redacted string
-	exchange *router.Template
-	rkey     *router.Template
-	tokens   router.TokenRule
+	exchange *address.Template
+	rkey     *address.Template
+	tokens   address.TokenRule
 	filter   *destination.HeaderFilter
 	secrets  []string
 
@@ -191,11 +191,11 @@ func newDestination(ctx context.Context, opts Options, log *slog.Logger, dial fu
 	if opts.ConfirmTimeout <= 0 {
 		opts.ConfirmTimeout = DefaultConfirmTimeout
 	}
-	ex, err := router.ParseTemplate(opts.Exchange)
+	ex, err := address.ParseTemplate(opts.Exchange)
 	if err != nil {
 		return nil, fmt.Errorf("amqp destination %q: exchange: %w", opts.Name, err)
 	}
-	rk, err := router.ParseTemplate(opts.RoutingKey)
+	rk, err := address.ParseTemplate(opts.RoutingKey)
 	if err != nil {
 		return nil, fmt.Errorf("amqp destination %q: routingKey: %w", opts.Name, err)
 	}
@@ -206,7 +206,7 @@ func newDestination(ctx context.Context, opts Options, log *slog.Logger, dial fu
 		redacted: red,
 		exchange: ex,
 		rkey:     rk,
-		tokens:   router.TokenRule{Span: opts.RoutingKeyTokens, Wildcards: "*#"},
+		tokens:   address.TokenRule{Span: opts.RoutingKeyTokens, Wildcards: "*#"},
 		filter:   destination.NewHeaderFilter(opts.AllowHeaders, opts.OnDroppedHeader),
 		secrets:  append(append([]string(nil), opts.Secrets...), uri.Password),
 		known:    map[string]bool{},

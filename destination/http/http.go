@@ -18,7 +18,7 @@
 //	3xx, 404 and other 4xx, 500      the row failed: an attempt is spent
 //
 // Row values rendered into the URL are escaped for where they land (a path
-// segment, the query; router.EscapeURLValue); a template in the scheme or
+// segment, the query; address.EscapeURLValue); a template in the scheme or
 // host needs AllowedHosts. Row headers follow the policy of dropHeader; a
 // topic or key that a header cannot carry is sent percent-encoded.
 //
@@ -49,10 +49,10 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/outbox"
 	"github.com/queuebox/queuebox/redact"
-	"github.com/queuebox/queuebox/router"
 )
 
 // Headers sent with every request (contract §4).
@@ -134,9 +134,9 @@ type Options struct {
 // concurrent use.
 type Destination struct {
 	name          string
-	url           *router.Template
-	urlParts      []router.URLPart // where each placeholder of url lands
-	allowedHosts  []string         // lower case; empty: the host is literal
+	url           *address.Template
+	urlParts      []address.URLPart // where each placeholder of url lands
+	allowedHosts  []string          // lower case; empty: the host is literal
 	filter        *destination.HeaderFilter
 	dialAddr      string // host:port for Check; "" when the host is a template
 	client        *http.Client
@@ -195,12 +195,12 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 	if o.URL == "" {
 		return nil, fmt.Errorf("http destination %q: url is required", o.Name)
 	}
-	tmpl, err := router.ParseTemplate(o.URL)
+	tmpl, err := address.ParseTemplate(o.URL)
 	if err != nil {
 		return nil, fmt.Errorf("http destination %q: url: %w", o.Name, err)
 	}
 	parts := tmpl.URLParts()
-	hostTemplate := slices.ContainsFunc(parts, func(p router.URLPart) bool { return p == router.URLScheme || p == router.URLAuthority })
+	hostTemplate := slices.ContainsFunc(parts, func(p address.URLPart) bool { return p == address.URLScheme || p == address.URLAuthority })
 	if hostTemplate && len(o.AllowedHosts) == 0 {
 		return nil, fmt.Errorf("http destination %q: url: %q renders the scheme or host from the row: set allowedHosts to the hosts it may send to, or write the host literally", o.Name, redactURL(o.URL))
 	}
@@ -502,7 +502,7 @@ func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
 
 // urlValue escapes a value for the part of the URL it lands in.
 func (d *Destination) urlValue(i int, _, v string) (string, error) {
-	return router.EscapeURLValue(d.urlParts[i], v)
+	return address.EscapeURLValue(d.urlParts[i], v)
 }
 
 // dropHeader reports whether row header k is not sent: the headers queuebox

@@ -31,9 +31,9 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/outbox"
-	"github.com/queuebox/queuebox/router"
 )
 
 // Header names written on every record.
@@ -117,8 +117,8 @@ type Options struct {
 type Destination struct {
 	name      string
 	log       *slog.Logger
-	topic     *router.Template
-	key       *router.Template
+	topic     *address.Template
+	key       *address.Template
 	writer    *kafkago.Writer
 	transport *kafkago.Transport
 	brokers   []string
@@ -145,14 +145,14 @@ func New(opts Options, log *slog.Logger) (*Destination, error) {
 	if opts.Topic == "" {
 		return nil, fmt.Errorf("kafka destination %q: topic: required", opts.Name)
 	}
-	topic, err := router.ParseTemplate(opts.Topic)
+	topic, err := address.ParseTemplate(opts.Topic)
 	if err != nil {
 		return nil, fmt.Errorf("kafka destination %q: topic: %w", opts.Name, err)
 	}
 	if opts.Key == "" {
 		opts.Key = DefaultKey
 	}
-	key, err := router.ParseTemplate(opts.Key)
+	key, err := address.ParseTemplate(opts.Key)
 	if err != nil {
 		return nil, fmt.Errorf("kafka destination %q: key: %w", opts.Name, err)
 	}

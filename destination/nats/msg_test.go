@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/outbox"
-	"github.com/queuebox/queuebox/router"
 )
 
 // TestNatsMsgHeaders: the row's headers and the relay's own each carry
@@ -121,12 +121,12 @@ func TestWhatHidesTheMessageIDIsPermanent(t *testing.T) {
 // unless subjectTokens: allow; wildcards and empty tokens are refused
 // either way.
 func TestSubjectValues(t *testing.T) {
-	tmpl, err := router.ParseTemplate("events.{{ topic }}.{{ key }}")
+	tmpl, err := address.ParseTemplate("events.{{ topic }}.{{ key }}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	one := &Destination{name: "t", subject: tmpl, tokens: router.TokenRule{Wildcards: "*>"}}
-	span := &Destination{name: "t", subject: tmpl, tokens: router.TokenRule{Span: true, Wildcards: "*>"}}
+	one := &Destination{name: "t", subject: tmpl, tokens: address.TokenRule{Wildcards: "*>"}}
+	span := &Destination{name: "t", subject: tmpl, tokens: address.TokenRule{Span: true, Wildcards: "*>"}}
 	tests := []struct {
 		d           *Destination
 		topic, key  string

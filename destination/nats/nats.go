@@ -29,9 +29,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/outbox"
-	"github.com/queuebox/queuebox/router"
 )
 
 // Headers sent with every message (contract §4).
@@ -102,8 +102,8 @@ type Options struct {
 // Destination publishes to NATS JetStream. It is safe for concurrent use.
 type Destination struct {
 	name    string
-	subject *router.Template
-	tokens  router.TokenRule
+	subject *address.Template
+	tokens  address.TokenRule
 	headers *destination.HeaderFilter
 	secrets []string
 	stream  string
@@ -173,7 +173,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 	case o.Subject == "":
 		src = "{{ topic }}"
 	}
-	tmpl, err := router.ParseTemplate(src)
+	tmpl, err := address.ParseTemplate(src)
 	if err != nil {
 		return nil, fmt.Errorf("nats destination %q: subject: %w", o.Name, err)
 	}
@@ -246,7 +246,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 	d := &Destination{
 		name:      o.Name,
 		subject:   tmpl,
-		tokens:    router.TokenRule{Span: o.SubjectTokens, Wildcards: "*>"},
+		tokens:    address.TokenRule{Span: o.SubjectTokens, Wildcards: "*>"},
 		headers:   destination.NewHeaderFilter(o.AllowHeaders, o.OnDroppedHeader),
 		secrets:   append(append([]string(nil), o.Secrets...), o.Token),
 		stream:    o.Stream,

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/internal/testenv"
 	"github.com/queuebox/queuebox/outbox"
 	"github.com/queuebox/queuebox/relay"
-	"github.com/queuebox/queuebox/router"
 )
 
 // TestTopicRegexpMatchesRouter checks the SQL translation of topic patterns
@@ -27,7 +27,7 @@ func TestTopicRegexpMatchesRouter(t *testing.T) {
 			t.Fatalf("%q: %v", p, err)
 		}
 		rx := regexp.MustCompile(re)
-		rp := router.MustParsePattern(p)
+		rp := address.MustParsePattern(p)
 		for _, topic := range topics {
 			if got, want := rx.MatchString(topic), rp.Match(topic); got != want {
 				t.Errorf("pattern %q (%s), topic %q: regexp %v, router %v", p, re, topic, got, want)

@@ -10,7 +10,7 @@ import (
 // anchored PostgreSQL regular expression that matches exactly the topics
 // the router's pattern matches: tokens are dot-separated, "*" is one token
 // (which may be empty), "**" (last only) is one or more tokens, anything
-// else is literal and is escaped. The validation mirrors router.ParsePattern.
+// else is literal and is escaped. The validation mirrors address.ParsePattern.
 func topicRegexp(pattern string) (string, error) {
 	if pattern == "" {
 		return "", fmt.Errorf("empty topic pattern")

@@ -42,8 +42,8 @@
 //
 // Dialect implements dialect.Inspector (Stats, DeadList, Replay) and
 // dialect.Purger with the PostgreSQL dialect's query names. Without regular
-// expressions, a router topic pattern becomes a LIKE superset in SQL and the
-// exact match (router.Pattern.Match) is made in Go, over keyset-paged reads;
+// expressions, a topic pattern (address.Pattern) becomes a LIKE superset in SQL and the
+// exact match (address.Pattern.Match) is made in Go, over keyset-paged reads;
 // replay and purge move or delete one TOP (@n) batch per short statement.
 // Hold (relay.onDead: hold) is PostgreSQL-only: stats_held_keys and
 // dead_release exist for parity but select nothing, and Dialect is not a

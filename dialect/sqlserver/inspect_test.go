@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/outbox"
-	"github.com/queuebox/queuebox/router"
 )
 
 // likeMatch evaluates a LIKE pattern with escape character \ the way SQL
@@ -65,7 +65,7 @@ func TestSQLServerTopicLikeCoversRouter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", p, err)
 		}
-		rp := router.MustParsePattern(p)
+		rp := address.MustParsePattern(p)
 		for _, topic := range topics {
 			want := rp.Match(topic)
 			like := f.like == "" || likeMatch(t, f.like, topic)

@@ -3,8 +3,8 @@ package sqlserver
 import (
 	"strings"
 
+	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/outbox"
-	"github.com/queuebox/queuebox/router"
 )
 
 // likeEscape is the escape character of the LIKE patterns topicLike builds
@@ -17,7 +17,7 @@ const likeEscape = '\\'
 // topics the router pattern matches, and Go keeps the rows the router
 // pattern matches exactly.
 type topicFilter struct {
-	pattern router.Pattern
+	pattern address.Pattern
 	like    string // "" when the LIKE would match every topic
 	set     bool
 }
@@ -28,7 +28,7 @@ func parseTopicFilter(pattern string) (topicFilter, error) {
 	if pattern == "" {
 		return topicFilter{}, nil
 	}
-	p, err := router.ParsePattern(pattern)
+	p, err := address.ParsePattern(pattern)
 	if err != nil {
 		return topicFilter{}, outbox.Permanent(err)
 	}
