@@ -1,4 +1,4 @@
-// Package config reads the queuebox configuration file (contract §5) into a
+// Package config reads the queuebox configuration file into a
 // typed Config, in four steps, each of which reports every problem it finds
 // rather than the first:
 //

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Config is the whole queuebox configuration file (contract §5).
+// Config is the whole queuebox configuration file.
 type Config struct {
 	Database     Database               `yaml:"database"`
 	Relay        Relay                  `yaml:"relay"`

@@ -324,7 +324,7 @@ var (
 		"amqp":  {"url", "exchange", "exchangeFrom", "exchangeType", "routingKey", "routingKeyTokens", "declareExchange"},
 	}
 	// identityHeaders carry a message's identity on some protocol; a row
-	// header can never set one (contract §4).
+	// header can never set one.
 	identityHeaders = []string{"Nats-Msg-Id", "X-Message-Id", "Idempotency-Key", "message_id"}
 	// ownHeaders are the headers each type of destination sets itself.
 	ownHeaders = map[string][]string{

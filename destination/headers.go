@@ -4,7 +4,7 @@ import "strings"
 
 // IdentityHeaders are the names that carry a message's identity on some
 // protocol. A row header can never set one of them, whatever a
-// destination's allow-list says (contract §4).
+// destination's allow-list says.
 var IdentityHeaders = []string{"Nats-Msg-Id", "X-Message-Id", "Idempotency-Key", "message_id"}
 
 // IsIdentityHeader reports whether name is one of IdentityHeaders, in any

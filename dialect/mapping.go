@@ -38,7 +38,7 @@ const (
 )
 
 // defaultColumns is the bundled table's physical name of every logical
-// column it has (contract §1). sentAt is optional and absent by default.
+// column it has. sentAt is optional and absent by default.
 var defaultColumns = map[string]string{
 	ColID:             "id",
 	ColTopic:          "topic",

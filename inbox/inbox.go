@@ -274,7 +274,7 @@ func (i *Inbox) Purge(ctx context.Context, db *sql.DB, group string, olderThan t
 	}
 }
 
-// Header names that carry the message identity over HTTP (contract §4).
+// Header names that carry the message identity over HTTP.
 const (
 	HeaderMessageID      = "X-Message-Id"
 	HeaderIdempotencyKey = "Idempotency-Key"

@@ -52,7 +52,7 @@ func TestSQLServerFS(t *testing.T) {
 			t.Errorf("%s lacks %q", names[0], want)
 		}
 	}
-	// Times are UTC from the database clock only (field note 5), and the
+	// Times are UTC from the database clock only, and the
 	// reserved word key is always bracketed.
 	code := stripComments(src)
 	for _, bad := range []string{"GETDATE", "SYSDATETIME()", "CURRENT_TIMESTAMP", "now()", " key ", "(key", "key)"} {

@@ -77,8 +77,8 @@ func (e *ValidationError) Error() string {
 // ErrNoTransaction is returned when Write is given a nil transaction.
 var ErrNoTransaction = errors.New("producer: nil transaction")
 
-// ReservedHeaders are the headers the relay sets on deliveries itself
-// (contract §4): the identity headers and the delivery metadata. A row
+// ReservedHeaders are the headers the relay sets on deliveries itself:
+// the identity headers and the delivery metadata. A row
 // header with one of these names (compared case-insensitively) would never
 // reach a consumer, so Write refuses it instead of dropping it silently.
 var ReservedHeaders = []string{

@@ -54,7 +54,7 @@ exits 0.`,
 // every thousand rows, and was a fifth of the relay's CPU in a profile of
 // the NATS drain. At 400 the relay spends 15–25 % less CPU per row, which
 // on a host it shares with the database is throughput, for ~12 MiB more
-// resident memory (docs/performance.md, lesson 16). GOGC in the
+// resident memory. GOGC in the
 // environment overrides it, as for any Go program; GOMEMLIMIT caps the
 // heap on top of it.
 const defaultGCPercent = 400

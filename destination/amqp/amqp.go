@@ -289,7 +289,7 @@ func properties(m *outbox.Message, f *destination.HeaderFilter) amqp.Publishing 
 		h[HeaderMessageKey] = m.Key
 	}
 	// Row headers are added unless the policy drops them (dropHeader):
-	// x-attempt is 0 on the first delivery (contract §4), and no row can
+	// x-attempt is 0 on the first delivery, and no row can
 	// say otherwise. The identity is the message_id property, which no
 	// header can reach.
 	for k, v := range m.Headers {

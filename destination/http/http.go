@@ -55,7 +55,7 @@ import (
 	"github.com/queuebox/queuebox/redact"
 )
 
-// Headers sent with every request (contract §4).
+// Headers sent with every request.
 const (
 	HeaderMessageID      = "X-Message-Id"
 	HeaderIdempotencyKey = "Idempotency-Key"

@@ -259,7 +259,7 @@ func (d *Destination) Record(m *outbox.Message) (kafkago.Message, error) {
 // Headers returns the record headers for m: X-Message-Id, X-Topic and
 // X-Attempt, then the row headers in name order. A row header named like
 // one of the three (any case) is dropped, as on the NATS and HTTP
-// destinations: X-Attempt is 0 on the first delivery (contract §4), and no
+// destinations: X-Attempt is 0 on the first delivery, and no
 // row can say otherwise.
 func Headers(m *outbox.Message) []kafkago.Header { return headers(m, nil) }
 

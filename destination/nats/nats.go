@@ -34,7 +34,7 @@ import (
 	"github.com/queuebox/queuebox/outbox"
 )
 
-// Headers sent with every message (contract §4).
+// Headers sent with every message.
 const (
 	HeaderMsgID      = "Nats-Msg-Id"
 	HeaderTopic      = "X-Topic"

@@ -6,7 +6,7 @@ import (
 	"unicode"
 )
 
-// topicRegexp translates a router topic pattern (contract §3) into an
+// topicRegexp translates a router topic pattern into an
 // anchored PostgreSQL regular expression that matches exactly the topics
 // the router's pattern matches: tokens are dot-separated, "*" is one token
 // (which may be empty), "**" (last only) is one or more tokens, anything

@@ -82,7 +82,7 @@ type options struct {
 // The claim's UPDATE then does not repeat the head-of-key probe of its
 // locking scan: with a unique id the repetition can only agree with the
 // scan, and it is about a sixth of the claim's time, on the path that the
-// claims of every relay take turns on (docs/performance.md, lesson 25).
+// claims of every relay take turns on.
 // Without it (the default, and on an adopted table whose id no unique index
 // covers) the UPDATE's join on id can reach rows the scan never tested, and
 // the repeated probe keeps a second row of a key out of the batch.
@@ -106,7 +106,7 @@ func WithLastErrorLength(n int) Option { return func(o *options) { o.lastErrorLe
 // index: each skips what the others have locked, walks on, and (keyed) finds
 // the heads taken and scans its window for nothing, or for a fragment of a
 // batch. Taking turns, each claim starts from the committed result of the
-// last one. Measured: docs/performance.md, lesson 14. Lock mode holds its
+// last one (docs/design.md, "The claim turn across replicas"). Lock mode holds its
 // claim's transaction open while it publishes, so it never takes this lock.
 func WithTableClaimTurns(on bool) Option { return func(o *options) { o.replicaTurns = !on } }
 

@@ -513,8 +513,7 @@ func explainPlan(t *testing.T, ctx context.Context, db querier, query string, ar
 // a two-sided range over values computed in the statement (first <=
 // sequence < first + W) made the planner estimate 0.5 % of the pending
 // rows in the window instead of a third, and choose a bitmap scan of the
-// whole window plus a sort: 2 to 6 times the buffers of the ordered scan
-// (docs/performance.md, lesson 19).
+// whole window plus a sort: several times the buffers of the ordered scan.
 func TestClaimKeepsTheOrderedScan(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := testenv.Context(t, 60*time.Second)

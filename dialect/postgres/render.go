@@ -160,7 +160,7 @@ func shapeOf(p dialect.ClaimParams) claimShape {
 // than the custom one and, forced, ran slower. With literals the two are
 // the same plan. The relay's connections plan every execution all the same
 // (PlanEachExecution): a generic plan kept from when the table was empty is
-// the worse risk (docs/performance.md, lessons 8 and 21).
+// the worse risk.
 type claimShapes struct {
 	tmpl   *template.Template
 	data   renderData

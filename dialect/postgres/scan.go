@@ -24,7 +24,7 @@ import (
 // The nullable targets are values declared once per call, not pointers
 // declared per row: pgx scans a **T by allocating a new T through
 // reflection for every non-NULL value, which was ~6 % of the relay's CPU
-// and seven allocations per row (docs/performance.md, lesson 16). For the
+// and seven allocations per row. For the
 // column types the schema check admits (ResolveTable: varchar and text,
 // int2/int4/int8, timestamptz) pgtype.Text, pgtype.Int8 and nullTime read
 // the same values as *string, *int64 and *time.Time did; nullTime also

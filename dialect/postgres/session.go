@@ -10,7 +10,7 @@ import (
 // PlanEachExecution sets PostgreSQL's plan_cache_mode = force_custom_plan
 // on the connections made with cc, unless cc already sets plan_cache_mode
 // (in its runtime parameters or its options). The relay opens its pool with
-// it (docs/performance.md, lesson 21). A setting sent by the client outranks
+// it. A setting sent by the client outranks
 // ALTER ROLE, ALTER DATABASE and postgresql.conf, so the connection string
 // is the place to choose otherwise. Statements without parameters keep
 // their first plan whatever plan_cache_mode says; the lock-mode claim,
@@ -33,7 +33,7 @@ func PlanEachExecution(cc *pgx.ConnConfig) {
 
 // NoJIT sets PostgreSQL's jit = off on the connections made with cc, unless
 // cc already sets jit (in its runtime parameters or its options). The relay
-// opens its pool with it (docs/performance.md, lesson 32). PostgreSQL
+// opens its pool with it. PostgreSQL
 // compiles a statement whose estimated cost is above jit_above_cost
 // (100,000 by default) at every execution, and keeps nothing of it for the
 // next: a claim of 10,000 keyed rows is estimated at about 185,000, so with
@@ -76,7 +76,7 @@ func PlanCacheNote(cc *pgx.ConnConfig) string {
 	if !chosen || mode == "force_custom_plan" {
 		return ""
 	}
-	return fmt.Sprintf("the connection settings (database.url or PGOPTIONS) set plan_cache_mode = %s, and the relay keeps it: a plan PostgreSQL made while the table was empty may then be kept after it fills, and a claim on a large backlog can take seconds to minutes (docs/performance.md, lesson 21); leave plan_cache_mode out to have every execution planned", mode)
+	return fmt.Sprintf("the connection settings (database.url or PGOPTIONS) set plan_cache_mode = %s, and the relay keeps it: a plan PostgreSQL made while the table was empty may then be kept after it fills, and a claim on a large backlog can take seconds to minutes; leave plan_cache_mode out to have every execution planned", mode)
 }
 
 // chosenSetting reports whether cc sets the setting name (lower case, with

@@ -21,8 +21,7 @@ import (
 // those of the empty table here), the primary key for the completion. The
 // control connection, with PostgreSQL's default plan cache, keeps the
 // generic plans it made for the empty table, sequential scans included: for
-// the claim a scan of the table for every candidate (docs/performance.md,
-// lesson 21).
+// the claim a scan of the table for every candidate.
 func TestPlansFollowTheTable(t *testing.T) {
 	// A database of its own: the other packages' tests create and drop
 	// schemas in the shared one, and each of those resets every session's

@@ -28,7 +28,7 @@ const cancelTimeout = 2 * time.Second
 // (PlanEachExecution) PostgreSQL plans a statement when it binds its
 // parameters, and the claim turn is the path that the claims of every relay
 // share: planned after the turn was granted, planning took about an eighth
-// of the time the turn was held (docs/performance.md, lesson 26). So, in
+// of the time the turn was held. So, in
 // one round trip and one implicit transaction:
 //
 //	Bind claim to portal qb_claim   (plans it)

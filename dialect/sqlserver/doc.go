@@ -23,7 +23,7 @@
 //     still repeated in the UPDATE.
 //   - READPAST is on the candidate scan only. The head-of-key probe has no
 //     hint: it must see the locked head of a key, not skip it, or the key's
-//     next row would look like a head (field note 1).
+//     next row would look like a head.
 //   - Under READ_COMMITTED_SNAPSHOT ON (recommended; the default on Azure
 //     SQL) the probe reads committed versions without locks and the claim
 //     never waits. Under locking READ COMMITTED the probe may wait for a

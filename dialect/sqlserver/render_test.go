@@ -170,7 +170,7 @@ func TestSQLServerRenderedSQL(t *testing.T) {
 	for name, q := range queries {
 		c := code(q)
 		delivery := deliveryQueries[name]
-		// One clock: the database's, in UTC (field note 5).
+		// One clock: the database's, in UTC.
 		for _, bad := range []string{"GETDATE", "SYSDATETIME()", "CURRENT_TIMESTAMP", "now()", "GETUTCDATE"} {
 			if strings.Contains(c, bad) {
 				t.Errorf("%s uses %s; every time must come from SYSUTCDATETIME()", name, bad)

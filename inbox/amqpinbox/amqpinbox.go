@@ -10,7 +10,7 @@ import (
 )
 
 // FromAMQP returns the message_id property of d, where the relay puts the
-// message id (contract §4).
+// message id.
 func FromAMQP(d amqp.Delivery) (string, bool) {
 	id := strings.TrimSpace(d.MessageId)
 	return id, id != ""

@@ -9,8 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// HeaderMessageID is the record header the relay puts the message id in
-// (contract §4).
+// HeaderMessageID is the record header the relay puts the message id in.
 const HeaderMessageID = "X-Message-Id"
 
 // FromKafka returns the X-Message-Id header of m (the last one if

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// HeaderMsgID is the header the relay puts the message id in (contract §4).
+// HeaderMsgID is the header the relay puts the message id in.
 const HeaderMsgID = "Nats-Msg-Id"
 
 // FromNATS returns the Nats-Msg-Id header of m.

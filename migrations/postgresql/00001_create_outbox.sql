@@ -3,7 +3,7 @@
 --
 -- Index design (see docs/claim.md). Each index has one job, and no two
 -- partial indexes share a predicate, so the planner never has to pick
--- between two near-identical candidates for the claim (field note 4):
+-- between two near-identical candidates for the claim:
 --
 --   outbox_pkey                 id: every fenced write (id = ANY($ids)).
 --   outbox_claim_idx            (sequence, id) WHERE state = 'pending': the

@@ -1,4 +1,4 @@
--- Fewer index writes per delivered row (docs/performance.md, lesson 11).
+-- Fewer index writes per delivered row.
 --
 -- Every state change of a row is a non-HOT update: PostgreSQL writes an
 -- entry for the new row version in every index whose key or predicate

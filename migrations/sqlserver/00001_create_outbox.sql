@@ -5,7 +5,7 @@
 --
 -- Every time is UTC from the database clock: the defaults below and every
 -- statement of dialect/sqlserver use SYSUTCDATETIME(), never GETDATE() or the
--- host's local time (field note 5). DATETIME2 carries no zone; UTC is the
+-- host's local time. DATETIME2 carries no zone; UTC is the
 -- convention, and the relay reads the values as UTC.
 --
 -- JSON is stored as NVARCHAR(MAX). There is deliberately no ISJSON() CHECK

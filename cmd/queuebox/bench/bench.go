@@ -196,7 +196,7 @@ type RelayRun struct {
 	// PageFaultsPerRow is the machine's page faults per row during the
 	// drain, DBPageFaultsPerRow the database's processes' (minor faults):
 	// each new backend faults in every page of the shared buffers it
-	// touches (performance.md, lesson 35).
+	// touches.
 	PageFaultsPerRow   float64 `json:"pageFaultsPerRow"`
 	DBPageFaultsPerRow float64 `json:"databasePageFaultsPerRow"`
 }
@@ -377,8 +377,7 @@ func machine(ctx context.Context, w *world) Machine {
 	}
 	// With huge_pages = try (the default) PostgreSQL takes huge pages for its
 	// shared memory only when the kernel has them reserved at its start
-	// (Machine.Kernel); that moves the relay's ratio (performance.md,
-	// lesson 34).
+	// (Machine.Kernel); that moves the relay's ratio.
 	var huge string
 	if err := w.admin.QueryRow(ctx, "SHOW huge_pages").Scan(&huge); err == nil {
 		m.PostgreSQL += ", huge_pages " + huge

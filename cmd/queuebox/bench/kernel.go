@@ -11,8 +11,8 @@ import (
 )
 
 // kernelFacts describes what makes a CPU second dearer on this machine
-// for the relay than for the bare loop (docs/benchmarks.md, "Machine";
-// docs/performance.md, lesson 34): page-table isolation without the pcid
+// for the relay than for the bare loop (docs/benchmarks.md, "Machine"):
+// page-table isolation without the pcid
 // flag flushes the TLB at every system call and context switch, and a
 // PostgreSQL whose shared memory is not on huge pages then pays for it
 // in page faults and TLB misses in every backend. Empty off Linux.

@@ -51,7 +51,7 @@ type hostCost struct {
 	// dbFaults the minor faults of the database's processes. A backend
 	// maps each page of the shared buffers on its first touch, one fault
 	// per 4 kB page unless they are on huge pages, and on a kernel with
-	// page-table isolation each fault is dear (performance.md, lesson 35).
+	// page-table isolation each fault is dear.
 	faults, dbFaults uint64
 }
 

@@ -16,10 +16,9 @@
 -- (.UniqueID: a unique index on the id alone, as the bundled table's
 -- primary key) a repeated head-of-key probe could only agree: the UPDATE
 -- reaches the row the SELECT locked, and both probes read the other rows
--- through the same snapshot (docs/performance.md, lessons 20 and 25). On a
--- table whose id is not unique (check notes one) the id join also reaches
--- rows the SELECT never tested, and the UPDATE repeats the probe to keep a
--- second row of a key out; it costs about a sixth of the claim's time.
+-- through the same snapshot. On a table whose id is not unique (check
+-- notes one) the id join also reaches rows the SELECT never tested, and the
+-- UPDATE repeats the probe to keep a second row of a key out.
 --
 -- With relay.onDead: hold (.Hold), a dead row whose held_at is set also
 -- comes before the key's later rows and keeps them waiting, until it is
