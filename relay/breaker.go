@@ -59,6 +59,13 @@ func (o *BreakerOptions) setDefaults() {
 // doubles it, up to BreakerOptions.MaxOpenFor.
 const fullFor = time.Second
 
+// fullAnswers is how many no-room answers in a row, with no row answered
+// between them, pause a destination. A no-room answer among rows the
+// destination takes is a limit that row met (a rate limit's burst, one
+// subject's limit): the row waits, the lane's limiter slows down, and the
+// other rows keep going.
+const fullAnswers = 3
+
 // errCircuitOpen is the failure of a row whose destination's breaker is
 // open: it was not published at all.
 var errCircuitOpen = errors.New("circuit open: the destination failed at the connection level; not published")
@@ -66,9 +73,10 @@ var errCircuitOpen = errors.New("circuit open: the destination failed at the con
 // breaker is one destination's circuit breaker. It opens after Failures
 // consecutive publishes that failed at the connection level (other
 // failures, a 500 or a refused message, say the destination is up and
-// reset the count), and at once when the destination says it is full.
-// Open, it lets one probe through after a while; the probe's outcome closes
-// or reopens it.
+// reset the count), and when the destination says it is full
+// (fullAnswer). Open because the destination is down, it lets one probe
+// through after a while, and the probe's outcome closes or reopens it;
+// paused for room, it closes when the pause ends.
 type breaker struct {
 	opt BreakerOptions
 	now func() time.Time
@@ -84,6 +92,8 @@ type breaker struct {
 	// the destination is full rather than down; pause is the next pause.
 	full  string
 	pause time.Duration
+	// fullInRow counts the no-room answers since the last answered row.
+	fullInRow int
 }
 
 func newBreaker(opt BreakerOptions) *breaker {
@@ -118,6 +128,12 @@ func (b *breaker) allow() (ok bool, wait time.Duration) {
 		now := b.now()
 		if now.Before(b.openUntil) {
 			return false, b.openUntil.Sub(now)
+		}
+		if b.full != "" {
+			// A pause for room ends by itself: rows flow again, and
+			// fullAnswers more no-room answers in a row pause it again.
+			b.state, b.full, b.failures = BreakerClosed, "", 0
+			return true, 0
 		}
 		b.state = BreakerHalfOpen
 		b.probing = true
@@ -182,11 +198,13 @@ func (b *breaker) record(down bool) (from, to BreakerState) {
 	return from, b.state
 }
 
-// fullAnswer opens the breaker because the destination answered that it
-// has no room (err, marked outbox.NoRoom): for the delay the destination
-// asked for, else for a pause that doubles while it stays full. It returns
-// how long the destination is paused, and whether this answer paused it
-// (rather than one before it, still in force).
+// fullAnswer notes that the destination answered it has no room for a row
+// (err, marked outbox.NoRoom). The row waits for the delay the destination
+// asked for, else for a pause that doubles while the destination stays
+// full. The breaker opens, pausing the destination for that long, at the
+// fullAnswers-th such answer with no row answered between them, counted
+// afresh after each pause. It returns how long the row waits, and whether this answer paused
+// the destination (rather than one before it, still in force, or none).
 func (b *breaker) fullAnswer(err error) (wait time.Duration, paused bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -194,14 +212,20 @@ func (b *breaker) fullAnswer(err error) (wait time.Duration, paused bool) {
 	if b.state == BreakerOpen && b.full != "" && now.Before(b.openUntil) {
 		return b.openUntil.Sub(now), false
 	}
-	limit, _ := outbox.NoRoomLimit(err)
+	b.fullInRow++
 	wait = b.pause
+	own := false
 	if d, ok := outbox.RetryDelay(err); ok && d > 0 {
-		wait = min(d, b.opt.MaxOpenFor)
-	} else {
+		wait, own = min(d, b.opt.MaxOpenFor), true
+	}
+	if b.fullInRow < fullAnswers {
+		return wait, false
+	}
+	if !own {
 		b.pause = min(2*b.pause, b.opt.MaxOpenFor)
 	}
-	b.state, b.full, b.openUntil, b.probing = BreakerOpen, limit, now.Add(wait), false
+	limit, _ := outbox.NoRoomLimit(err)
+	b.state, b.full, b.openUntil, b.probing, b.fullInRow = BreakerOpen, limit, now.Add(wait), false, 0
 	return wait, true
 }
 
@@ -213,6 +237,7 @@ func (b *breaker) answered() {
 	defer b.mu.Unlock()
 	b.lastAnswer = b.now()
 	b.pause = fullFor
+	b.fullInRow = 0
 }
 
 // noAnswerSince reports whether the destination answered no row since t.

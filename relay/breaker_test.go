@@ -153,22 +153,26 @@ func TestBreakerAbandonKeepsTheState(t *testing.T) {
 	}
 }
 
-// TestBreakerPausesAFullDestination: an answer that the destination has no
-// room (outbox.NoRoom) opens the breaker at once, for the Retry-After the
+// TestBreakerPausesAFullDestination: fullAnswers answers in a row that the
+// destination has no room (outbox.NoRoom) open the breaker, for the Retry-After the
 // destination gave (capped at MaxOpenFor), or else for a pause that starts
 // at 1 s and doubles while the destination stays full. The rows kept back
 // meanwhile fail with NoRoom naming the limit, not as a destination down.
-// An accepted row resets the pause; a probe that goes through closes the
-// breaker.
+// An accepted row resets the pause; the pause ends closed.
 func TestBreakerPausesAFullDestination(t *testing.T) {
 	now := time.Unix(0, 0)
 	b := newBreaker(BreakerOptions{Failures: 5, OpenFor: 5 * time.Second, MaxOpenFor: 8 * time.Second})
 	b.now = func() time.Time { return now }
 	full := outbox.NoRoom("max_bytes", errors.New("stream full"))
 
+	for i := 1; i < fullAnswers; i++ {
+		if wait, paused := b.fullAnswer(full); wait != time.Second || paused || b.current() != BreakerClosed {
+			t.Fatalf("full answer %d: wait %v (paused %v), breaker %v; want the row to wait 1s and the breaker closed", i, wait, paused, b.current())
+		}
+	}
 	wait, paused := b.fullAnswer(full)
 	if wait != time.Second || !paused || b.current() != BreakerOpen {
-		t.Fatalf("first full answer: pause %v (paused %v), breaker %v; want open at once for 1s", wait, paused, b.current())
+		t.Fatalf("full answer %d in a row: pause %v (paused %v), breaker %v; want open for 1s", fullAnswers, wait, paused, b.current())
 	}
 	if ok, w := b.allow(); ok || w != time.Second {
 		t.Fatalf("paused: allow = %v, wait %v; want refused for 1s", ok, w)
@@ -190,12 +194,18 @@ func TestBreakerPausesAFullDestination(t *testing.T) {
 		t.Fatalf("record after a full answer: breaker %v, want still open", to)
 	}
 
-	// Each probe that finds the destination still full doubles the pause,
-	// up to MaxOpenFor.
+	// Each probe that finds the destination still full (fullAnswers
+	// answers, counted afresh after a pause) doubles the pause, up to
+	// MaxOpenFor.
 	for _, want := range []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second} {
 		now = now.Add(time.Hour)
 		if ok, _ := b.allow(); !ok {
 			t.Fatal("no probe after the pause")
+		}
+		for range fullAnswers - 1 {
+			if wait, paused := b.fullAnswer(full); wait != want || paused {
+				t.Fatalf("full answer to a probe: wait %v (paused %v), want the row to wait %v, not yet a pause", wait, paused, want)
+			}
 		}
 		if wait, paused := b.fullAnswer(full); wait != want || !paused {
 			t.Fatalf("full probe: pause %v (paused %v), want %v", wait, paused, want)
@@ -207,28 +217,89 @@ func TestBreakerPausesAFullDestination(t *testing.T) {
 	for _, c := range []struct{ after, want time.Duration }{{3 * time.Second, 3 * time.Second}, {time.Minute, 8 * time.Second}} {
 		now = now.Add(time.Hour)
 		b.allow()
+		for range fullAnswers - 1 {
+			b.fullAnswer(outbox.RetryAfter(full, c.after))
+		}
 		if wait, _ := b.fullAnswer(outbox.RetryAfter(full, c.after)); wait != c.want {
 			t.Fatalf("full answer with Retry-After %v: pause %v, want %v", c.after, wait, c.want)
 		}
 		b.record(false)
 	}
-	// An accepted row resets the pause.
+	// An accepted row resets the pause, and the count of full answers:
+	// the next one after it does not pause.
 	now = now.Add(time.Hour)
 	b.allow()
 	b.answered()
-	if wait, _ := b.fullAnswer(full); wait != time.Second {
-		t.Fatalf("full answer after a success: pause %v, want 1s again", wait)
+	if wait, paused := b.fullAnswer(full); wait != time.Second || paused {
+		t.Fatalf("full answer after a success: wait %v (paused %v), want 1s again and no pause", wait, paused)
 	}
 	b.record(false)
-	// A probe that goes through closes the breaker; what it keeps back
-	// later is a destination down, not full.
+	for range fullAnswers - 1 {
+		b.fullAnswer(full)
+	}
+	if b.current() != BreakerOpen {
+		t.Fatalf("%d full answers in a row after a success: breaker %v, want open", fullAnswers, b.current())
+	}
+	// The pause ends closed; what the breaker keeps back later is a
+	// destination down, not full.
 	now = now.Add(time.Hour)
-	b.allow()
-	b.answered()
-	if from, to := b.record(false); from != BreakerHalfOpen || to != BreakerClosed {
-		t.Fatalf("probe through: %v -> %v, want half-open -> closed", from, to)
+	if ok, _ := b.allow(); !ok || b.current() != BreakerClosed {
+		t.Fatalf("after the pause: allowed %v, breaker %v; want closed", ok, b.current())
 	}
 	if outbox.IsNoRoom(b.reason()) || b.fullLimit() != "" {
 		t.Fatalf("closed breaker still says the destination is full: %v", b.reason())
+	}
+}
+
+// TestBreakerNoRoomAmongTakenRows: no-room answers among rows the
+// destination takes (a rate limit's burst, one subject's limit) make only
+// those rows wait: the destination is not paused, so its other rows keep
+// going.
+func TestBreakerNoRoomAmongTakenRows(t *testing.T) {
+	b := newBreaker(BreakerOptions{Failures: 5, OpenFor: 5 * time.Second, MaxOpenFor: 30 * time.Second})
+	limited := outbox.RetryAfter(outbox.NoRoom("http_429", errors.New("429 Too Many Requests")), 2*time.Second)
+	for i := range 100 {
+		if i%2 == 0 {
+			b.answered()
+			b.record(false)
+			continue
+		}
+		if wait, paused := b.fullAnswer(limited); paused || wait != 2*time.Second {
+			t.Fatalf("answer %d, a 429 between taken rows: wait %v (paused %v); want the row to wait its Retry-After and no pause", i, wait, paused)
+		}
+		if ok, _ := b.allow(); !ok {
+			t.Fatalf("answer %d: the destination refuses publishes after a 429 between taken rows", i)
+		}
+	}
+}
+
+// TestBreakerPauseEndsClosed: a pause for room ends by itself, closed:
+// every publish may go, and the first that gets no answer (a timeout)
+// counts as one connection-level failure; it does not turn the pause into
+// an outage of OpenFor or more.
+func TestBreakerPauseEndsClosed(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := newBreaker(BreakerOptions{Failures: 5, OpenFor: 5 * time.Second, MaxOpenFor: 30 * time.Second})
+	b.now = func() time.Time { return now }
+	full := outbox.NoRoom("http_429", errors.New("429 Too Many Requests"))
+	for range fullAnswers {
+		b.fullAnswer(full)
+	}
+	now = now.Add(2 * time.Second)
+	for i := range 3 {
+		if ok, _ := b.allow(); !ok || b.current() != BreakerClosed {
+			t.Fatalf("publish %d after the pause refused (breaker %v); want the breaker closed", i, b.current())
+		}
+	}
+	if _, to := b.record(true); to != BreakerClosed {
+		t.Fatalf("probe after a pause for room timed out: breaker %v, want closed (one failure counted)", to)
+	}
+	for i := 2; i < 5; i++ {
+		if _, to := b.record(true); to != BreakerClosed {
+			t.Fatalf("failure %d of 5: breaker %v, want closed", i, to)
+		}
+	}
+	if _, to := b.record(true); to != BreakerOpen {
+		t.Fatalf("5 failures in a row: breaker %v, want open", to)
 	}
 }

@@ -143,7 +143,13 @@ func (l *lane) run(ctx context.Context) {
 				}
 				continue
 			}
-			if allowed, wait := l.breaker.allow(); !allowed {
+			before := l.breaker.current()
+			allowed, wait := l.breaker.allow()
+			if after := l.breaker.current(); after == BreakerClosed && before == BreakerOpen {
+				l.e.obs.BreakerChanged(l.name, after)
+				l.e.log.Info("destination resumed after its pause for room", "destination", l.name)
+			}
+			if !allowed {
 				// Down or full: what waits here goes back to the table.
 				l.done(len(p.msgs))
 				l.deferRows(p.claim, p.msgs, l.breaker.reason(), wait)

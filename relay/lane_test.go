@@ -337,17 +337,21 @@ func (f *fullOnce) Publish(_ context.Context, msgs []outbox.Message) error {
 func (*fullOnce) Close() error { return nil }
 
 // TestFullDestinationPausesWithoutSpendingAttempts: a destination that
-// answers it has no room (outbox.NoRoom) pauses at once: its rows wait the
+// answers it has no room (outbox.NoRoom) for fullAnswers rows in a row
+// pauses: its rows wait the
 // pause (1 s, with no Retry-After) without spending an attempt, the
 // back-pressure is reported with its limit, and rows claimed during the
 // pause are deferred without being published, their reason naming the
 // limit.
 func TestFullDestinationPausesWithoutSpendingAttempts(t *testing.T) {
 	t.Parallel()
-	first := rows("d", "a", 2)
+	first := rows("d", "a", fullAnswers)
 	second := rows("d", "b", 2)
 	for i := range first {
-		first[i].Attempt, second[i].Attempt = 1, 1
+		first[i].Attempt = 1
+	}
+	for i := range second {
+		second[i].Attempt = 1
 	}
 	db := &fakeDialect{batches: [][]outbox.Message{first, second}}
 	dest := &fullOnce{}
@@ -355,7 +359,7 @@ func TestFullDestinationPausesWithoutSpendingAttempts(t *testing.T) {
 	e := newTestEngine(t, db, map[string]destination.Destination{"d": dest},
 		Options{Observer: obs, PollInterval: 10 * time.Millisecond, MaxPollInterval: 50 * time.Millisecond})
 	stop := runEngine(t, e)
-	testenv.Eventually(t, 5*time.Second, func() bool { return len(db.state().retries) == 4 }, "the rows were not all deferred")
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(db.state().retries) == fullAnswers+2 }, "the rows were not all deferred")
 	circuit := e.Circuits()["d"]
 	stop()
 	s := db.state()
@@ -371,7 +375,7 @@ func TestFullDestinationPausesWithoutSpendingAttempts(t *testing.T) {
 	if n := dest.calls.Load(); n != 1 {
 		t.Errorf("%d publishes, want 1: the rows claimed during the pause are not published", n)
 	}
-	if circuit != BreakerOpen || obs.backpressure("http_429") != 2 || obs.of("d", OutcomeDeferred) != 4 {
-		t.Errorf("circuit %v, back-pressure %d, deferred %d; want open, 2, 4", circuit, obs.backpressure("http_429"), obs.of("d", OutcomeDeferred))
+	if circuit != BreakerOpen || obs.backpressure("http_429") != fullAnswers || obs.of("d", OutcomeDeferred) != fullAnswers+2 {
+		t.Errorf("circuit %v, back-pressure %d, deferred %d; want open, %d, %d", circuit, obs.backpressure("http_429"), obs.of("d", OutcomeDeferred), fullAnswers, fullAnswers+2)
 	}
 }

@@ -27,7 +27,7 @@ import (
 // within a few round trips; one whose latency climbs with the load settles
 // where it starts to climb, and is backed off from when it struggles. The
 // hard cap (relay.concurrency, or a destination's concurrency) is never
-// exceeded.
+// exceeded, and the limit is never cut below limitFloor.
 type limiter struct {
 	mu       sync.Mutex
 	limit    float64
@@ -55,10 +55,18 @@ const (
 	decreaseFactor = 0.7
 )
 
+// limitFloor is the least a limit is cut to (the hard cap, when lower). A
+// receiver that fails a share of its requests whatever the load (a
+// timeout here, a 429 there) cuts the limit at every round; with no floor
+// it would be left one request at a time, each failure costing its full
+// wait. A destination that cannot take this many at once is given a
+// lower hard cap (its concurrency).
+const limitFloor = 16
+
 func newLimiter(initial, hardCap int) *limiter {
 	hardCap = max(hardCap, 1)
-	return &limiter{limit: float64(min(max(initial, 1), hardCap)), min: 1, max: float64(hardCap),
-		ssthresh: math.Inf(1), now: time.Now}
+	return &limiter{limit: float64(min(max(initial, 1), hardCap)), min: float64(min(limitFloor, hardCap)),
+		max: float64(hardCap), ssthresh: math.Inf(1), now: time.Now}
 }
 
 // current is the limit, in rows.

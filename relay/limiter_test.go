@@ -53,8 +53,15 @@ func TestLimiterBacksOffAndGrowsAdditively(t *testing.T) {
 	for range 200 {
 		rounds(l, 1, time.Millisecond, 1, true)
 	}
-	if l.current() != 1 {
-		t.Fatalf("a destination that always struggles is left %d rows, want the floor of 1", l.current())
+	if l.current() != limitFloor {
+		t.Fatalf("a destination that always struggles is left %d rows, want the floor of %d", l.current(), limitFloor)
+	}
+	capped := newLimiter(4, 4)
+	for range 20 {
+		rounds(capped, 1, time.Millisecond, 1, true)
+	}
+	if capped.current() != 4 {
+		t.Fatalf("under a hard cap of 4 (below the floor) a destination that always struggles is left %d rows, want 4", capped.current())
 	}
 }
 
@@ -73,17 +80,17 @@ func TestLimiterDoesNotGrowUnused(t *testing.T) {
 // after baseSpan.
 func TestLimiterForgetsAnOldBaseLatency(t *testing.T) {
 	now := time.Unix(0, 0)
-	l := newLimiter(10, 1000)
+	l := newLimiter(40, 1000)
 	l.now = func() time.Time { return now }
-	rounds(l, 1, time.Millisecond, 1, false) // base 1 ms, limit 20
+	rounds(l, 1, time.Millisecond, 1, false) // base 1 ms, limit 80
 	rounds(l, 1, 50*time.Millisecond, 1, false)
-	if l.current() != 14 {
-		t.Fatalf("limit %d after the latency rose 50x, want 14", l.current())
+	if l.current() != 56 {
+		t.Fatalf("limit %d after the latency rose 50x, want 56", l.current())
 	}
 	now = now.Add(baseSpan + time.Second)
 	rounds(l, 1, 50*time.Millisecond, 1, false) // the new base
 	before := l.current()
-	rounds(l, 1, 50*time.Millisecond, 1, false)
+	rounds(l, 3, 50*time.Millisecond, 1, false)
 	if l.current() <= before {
 		t.Fatalf("limit %d -> %d at a steady 50 ms after the old base was forgotten, want growth", before, l.current())
 	}

@@ -70,7 +70,8 @@ func BuildQueuebox(t testing.TB) string {
 }
 
 // ProcessLogTail is how many lines of its output a Process logs when its
-// test failed.
+// test failed; with QUEUEBOX_TEST_LOGS set to a directory, the whole output
+// is also written there.
 const ProcessLogTail = 40
 
 // Process is one running queuebox process. Its stdout and stderr are
@@ -108,6 +109,12 @@ func Start(t testing.TB, bin, name string, args ...string) *Process {
 		}
 		if t.Failed() {
 			t.Logf("queuebox %s output (tail):\n%s", p.name, Tail(p.Logs(), ProcessLogTail))
+			if dir := os.Getenv("QUEUEBOX_TEST_LOGS"); dir != "" {
+				f := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()+"-"+p.name)+".log")
+				if err := os.WriteFile(f, []byte(p.Logs()), 0o644); err == nil {
+					t.Logf("queuebox %s output: %s", p.name, f)
+				}
+			}
 		}
 	})
 	return p
