@@ -36,7 +36,7 @@ type Options struct {
 	BatchSize   int    // relay.batchSize and the bare loop's batch (100, the relay's default)
 	Concurrency int    // HTTP requests in flight, relay and bare (16)
 	ClaimMode   string // relay.claimMode of the relay replicas: lease (default) or lock
-	Inflight    int    // relay.inflightBatches of the replicas; 0 = the relay's default
+	MaxInflight int    // relay.maxInflight of the replicas; 0 = the relay's default
 	SyncCommit  string // database.synchronousCommit of the relay replicas; "" = the relay's default (off)
 	ClaimTurns  string // relay.claimTurns of the relay replicas; "" = the relay's default (table)
 	MaxProcs    int    // GOMAXPROCS of the relay replica processes; 0 = Go's default (one per CPU)

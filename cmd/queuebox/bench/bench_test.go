@@ -107,10 +107,11 @@ func TestReplicaConfigsListenOnce(t *testing.T) {
 
 // TestRelayConfigCarriesKnobs: the config written for the replicas is one
 // the relay accepts, and it carries every relay setting the bench varies
-// (--claim-mode, --claim-turns, --inflight-batches, --synchronous-commit,
-// --replica-gomaxprocs), from the options to the file.
+// (--claim-mode, --claim-turns, --max-inflight, --synchronous-commit,
+// --replica-gomaxprocs), from the options to the file; --concurrency caps
+// an HTTP destination only, never a broker.
 func TestRelayConfigCarriesKnobs(t *testing.T) {
-	o := Options{BatchSize: 1000, Concurrency: 8, ClaimMode: "lease", ClaimTurns: "replica", Inflight: 3,
+	o := Options{BatchSize: 1000, Concurrency: 8, ClaimMode: "lease", ClaimTurns: "replica", MaxInflight: 3000,
 		SyncCommit: "on", MaxProcs: 1}
 	rc := o.replicaConfig("postgres://postgres@127.0.0.1:5432/x")
 	rc.Dest, rc.NATSURL, rc.Subject = "nats", "nats://127.0.0.1:4222", "bench.t"
@@ -121,13 +122,20 @@ func TestRelayConfigCarriesKnobs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the bench's relay config does not parse: %v\n%s", err, rc.yaml())
 	}
-	got := []string{cfg.Relay.ClaimMode, cfg.Relay.ClaimTurns, fmt.Sprint(cfg.Relay.InflightBatches),
-		cfg.Database.SynchronousCommit, fmt.Sprint(cfg.Relay.BatchSize)}
-	want := []string{"lease", "replica", "3", "on", "1000"}
+	got := []string{cfg.Relay.ClaimMode, cfg.Relay.ClaimTurns, fmt.Sprint(cfg.Relay.MaxInflight),
+		cfg.Database.SynchronousCommit, fmt.Sprint(cfg.Relay.BatchSize), fmt.Sprint(cfg.Relay.Concurrency)}
+	want := []string{"lease", "replica", "3000", "on", "1000", "0"}
 	if !slices.Equal(got, want) {
 		t.Errorf("relay config carries %q, want %q", got, want)
 	}
-	rc.ClaimTurns, rc.ClaimMode, rc.Inflight, rc.SyncCommit = "", "", 0, ""
+	rc.Dest, rc.HookURL = "http", "http://127.0.0.1:1/hook"
+	if cfg, err = config.Parse([]byte(rc.yaml()), func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Destinations["bench"].Concurrency; c != 8 {
+		t.Errorf("--concurrency 8 with an HTTP destination: its concurrency is %d, want 8", c)
+	}
+	rc.ClaimTurns, rc.ClaimMode, rc.MaxInflight, rc.SyncCommit = "", "", 0, ""
 	if cfg, err = config.Parse([]byte(rc.yaml()), func(string) (string, bool) { return "", false }); err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ type relayConfig struct {
 	KafkaBrokers []string
 	Notify       string // channel; "" = poll
 	ClaimMode    string // relay.claimMode; "" = auto (lease on the bundled table)
-	Inflight     int    // relay.inflightBatches; 0 = the relay's default
+	MaxInflight  int    // relay.maxInflight; 0 = the relay's default
 	SyncCommit   string // database.synchronousCommit; "" = the relay's default
 	ClaimTurns   string // relay.claimTurns; "" = the relay's default
 	// MaxProcs is GOMAXPROCS of the replica processes (not part of the
@@ -59,7 +59,7 @@ type relayConfig struct {
 // vary. The caller adds the destination.
 func (o Options) replicaConfig(databaseURL string) relayConfig {
 	return relayConfig{DatabaseURL: databaseURL, BatchSize: o.BatchSize, Concurrency: o.Concurrency,
-		ClaimMode: o.ClaimMode, ClaimTurns: o.ClaimTurns, Inflight: o.Inflight, SyncCommit: o.SyncCommit,
+		ClaimMode: o.ClaimMode, ClaimTurns: o.ClaimTurns, MaxInflight: o.MaxInflight, SyncCommit: o.SyncCommit,
 		MaxProcs: o.MaxProcs}
 }
 
@@ -72,12 +72,12 @@ func (c relayConfig) yaml() string {
 	if c.SyncCommit != "" {
 		fmt.Fprintf(&b, "  synchronousCommit: %s\n", c.SyncCommit)
 	}
-	fmt.Fprintf(&b, "relay:\n  batchSize: %d\n  concurrency: %d\n", c.BatchSize, c.Concurrency)
+	fmt.Fprintf(&b, "relay:\n  batchSize: %d\n", c.BatchSize)
 	if c.ClaimMode != "" {
 		fmt.Fprintf(&b, "  claimMode: %s\n", c.ClaimMode)
 	}
-	if c.Inflight > 0 {
-		fmt.Fprintf(&b, "  inflightBatches: %d\n", c.Inflight)
+	if c.MaxInflight > 0 {
+		fmt.Fprintf(&b, "  maxInflight: %d\n", c.MaxInflight)
 	}
 	if c.ClaimTurns != "" {
 		fmt.Fprintf(&b, "  claimTurns: %s\n", c.ClaimTurns)
@@ -95,7 +95,13 @@ func (c relayConfig) yaml() string {
 	case "nats":
 		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: nats\n    servers: [%q]\n    subject: %q\n    stream: %q\n", c.NATSURL, c.Subject, c.Stream)
 	case "http":
+		// The bare loop posts at most Concurrency requests at once; the
+		// relay's HTTP destination gets the same cap. The brokers get the
+		// relay's defaults.
 		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: http\n    url: %q\n    timeout: 30s\n", c.HookURL)
+		if c.Concurrency > 0 {
+			fmt.Fprintf(&b, "    concurrency: %d\n", c.Concurrency)
+		}
 	case "amqp":
 		fmt.Fprintf(&b, "destinations:\n  bench:\n    type: amqp\n    url: %q\n    exchange: %q\n", c.AMQPURL, c.Exchange)
 	case "kafka":
