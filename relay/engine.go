@@ -59,6 +59,19 @@ type Options struct {
 	// (Arming) decides how the engine sleeps; an error is logged, and the
 	// engine polls as it would without a wake source.
 	Arm func(ctx context.Context) (Arming, error)
+	// Tracer, when set, follows each row through its publish (tracing);
+	// nil: nothing is traced and the publish path does no extra work.
+	Tracer Tracer
+}
+
+// Tracer follows rows through their publish. Start is called for each row
+// just before it is published to the destination dest, with the engine's
+// own copy of the row: it may give m a new Headers map (a trace context
+// for the receiver), never change the map m holds, which is the claimed
+// row's. The engine calls the returned end exactly once, with the row's
+// outcome (nil: the destination took it).
+type Tracer interface {
+	Start(ctx context.Context, dest string, m *outbox.Message) (end func(err error))
 }
 
 // Arming is the answer of Options.Arm.

@@ -233,8 +233,15 @@ var errShutdown = errors.New("not published: the relay is shutting down")
 func (l *lane) publish(parent context.Context, p part) {
 	ctx := p.claim.publishContext(parent)
 	msgs := make([]outbox.Message, len(p.msgs))
+	var ends []func(error) // per row, when a Tracer follows the publish
+	if l.e.opt.Tracer != nil {
+		ends = make([]func(error), len(p.msgs))
+	}
 	for i, m := range p.msgs {
 		msgs[i] = *m
+		if ends != nil {
+			ends[i] = l.e.opt.Tracer.Start(ctx, l.name, &msgs[i])
+		}
 	}
 	start := time.Now()
 	var (
@@ -242,6 +249,9 @@ func (l *lane) publish(parent context.Context, p part) {
 		unavailable int
 	)
 	answer := func(i int, err error) {
+		if ends != nil {
+			ends[i](err)
+		}
 		now := time.Now()
 		if err == nil {
 			if created := p.msgs[i].CreatedAt; !created.IsZero() {
