@@ -88,185 +88,304 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 	if mode == "" {
 		mode = ModeAuto
 	}
-	schemaExpr := "current_schema()"
-	args := []any{m.TableName()}
-	if m.Schema() != "" {
-		schemaExpr = "$2"
-		args = append(args, m.Schema())
+	r := newTableCheck(pool, m, &plan)
+	if err := r.readColumns(ctx); err != nil {
+		return plan, err
 	}
-	rows, err := pool.Query(ctx, `SELECT column_name, data_type, is_nullable = 'YES', COALESCE(character_maximum_length, 0),
-		is_identity = 'YES' OR COALESCE(column_default LIKE 'nextval(%', false) FROM information_schema.columns
-		WHERE table_name = $1 AND table_schema = `+schemaExpr, args...)
+	if len(r.cols) == 0 {
+		r.missingTable()
+		return plan, nil
+	}
+	plan.Exists = true
+
+	absent := r.checkColumns(hold)
+	r.noteNullable()
+	if err := r.checkIDUnique(ctx); err != nil {
+		return plan, err
+	}
+	if err := r.checkAutovacuum(ctx); err != nil {
+		return plan, err
+	}
+	if len(absent) > 0 {
+		var err error
+		if plan.Mapping, err = m.Without(absent...); err != nil {
+			return plan, err
+		}
+	}
+	// The state column's CHECK constraints, if any, must accept the mapped
+	// values; processing need only be accepted for lease mode.
+	allowed, constrained, err := stateCheck(ctx, pool, m, r.args, r.schemaExpr)
 	if err != nil {
-		return plan, interpretError("check schema", err)
+		return plan, err
 	}
-	cols := map[string]catalogColumn{}
+	accepts := func(v string) bool { return !constrained || allowed(v) }
+	r.checkStateValues(accepts)
+	r.chooseMode(mode, accepts)
+	return plan, nil
+}
+
+// tableCheck is one ResolveTable call: the table as the catalog describes
+// it, and the plan its checks fill in.
+type tableCheck struct {
+	pool       *pgxpool.Pool
+	m          dialect.Mapping
+	plan       *TablePlan
+	table      string // the table's name, quoted for SQL
+	plain      string // the table's name as the user wrote it, for messages
+	schemaExpr string // the catalog queries' schema: current_schema() or $2
+	args       []any  // the catalog queries' arguments: table name (and schema)
+	cols       map[string]catalogColumn
+}
+
+func newTableCheck(pool *pgxpool.Pool, m dialect.Mapping, plan *TablePlan) *tableCheck {
+	r := &tableCheck{
+		pool:       pool,
+		m:          m,
+		plan:       plan,
+		table:      m.Table(QuoteIdent),
+		plain:      m.Table(func(s string) string { return s }),
+		schemaExpr: "current_schema()",
+		args:       []any{m.TableName()},
+	}
+	if m.Schema() != "" {
+		r.schemaExpr = "$2"
+		r.args = append(r.args, m.Schema())
+	}
+	return r
+}
+
+// readColumns reads the table's columns from information_schema; none
+// means the table does not exist or is not visible.
+func (r *tableCheck) readColumns(ctx context.Context) error {
+	rows, err := r.pool.Query(ctx, `SELECT column_name, data_type, is_nullable = 'YES', COALESCE(character_maximum_length, 0),
+		is_identity = 'YES' OR COALESCE(column_default LIKE 'nextval(%', false) FROM information_schema.columns
+		WHERE table_name = $1 AND table_schema = `+r.schemaExpr, r.args...)
+	if err != nil {
+		return interpretError("check schema", err)
+	}
+	r.cols = map[string]catalogColumn{}
 	for rows.Next() {
 		var name, typ string
 		var nullable, serial bool
 		var maxLen int32
 		if err := rows.Scan(&name, &typ, &nullable, &maxLen, &serial); err != nil {
 			rows.Close()
-			return plan, interpretError("check schema", err)
+			return interpretError("check schema", err)
 		}
-		cols[name] = catalogColumn{typ, nullable, int(maxLen), serial}
+		r.cols[name] = catalogColumn{typ, nullable, int(maxLen), serial}
 	}
 	if err := rows.Err(); err != nil {
-		return plan, interpretError("check schema", err)
+		return interpretError("check schema", err)
 	}
-	table := m.Table(QuoteIdent)
-	plain := m.Table(func(s string) string { return s })
-	if len(cols) == 0 {
-		fix := "queuebox migrate --config <file>"
-		if m.TableName() != dialect.DefaultTable {
-			fix = "create the table, or point database.outboxTable at the existing one"
-		}
-		plan.Problems = append(plan.Problems, dialect.SchemaProblem{What: fmt.Sprintf("table %s does not exist (or is not visible to this user)", plain), Fix: fix})
-		return plan, nil
-	}
-	plan.Exists = true
+	return nil
+}
 
-	logical := make([]string, 0, len(m.Columns()))
-	for l := range m.Columns() {
+func (r *tableCheck) missingTable() {
+	fix := "queuebox migrate --config <file>"
+	if r.m.TableName() != dialect.DefaultTable {
+		fix = "create the table, or point database.outboxTable at the existing one"
+	}
+	r.problem(dialect.SchemaProblem{What: fmt.Sprintf("table %s does not exist (or is not visible to this user)", r.plain), Fix: fix})
+}
+
+func (r *tableCheck) problem(p dialect.SchemaProblem) {
+	r.plan.Problems = append(r.plan.Problems, p)
+}
+
+// checkColumns checks each mapped column against the table, in the order
+// of the logical names, and returns the optional ones that become absent.
+func (r *tableCheck) checkColumns(hold bool) (absent []string) {
+	logical := make([]string, 0, len(r.m.Columns()))
+	for l := range r.m.Columns() {
 		logical = append(logical, l)
 	}
 	sort.Strings(logical)
-	// A mapped name the table lacks is most often a typo of one of the
-	// table's columns that nothing maps yet: those are the suggestions.
+	spare := r.unmappedColumns(logical)
+	for _, l := range logical {
+		phys, _ := r.m.Column(l)
+		c, ok := r.cols[phys]
+		if !ok {
+			if r.missingColumn(l, phys, spare, hold) {
+				absent = append(absent, l)
+			}
+			continue
+		}
+		r.checkColumnType(l, phys, c)
+	}
+	return absent
+}
+
+// unmappedColumns are the table's columns that nothing maps: a mapped name
+// the table lacks is most often a typo of one of them, so they are the
+// suggestions.
+func (r *tableCheck) unmappedColumns(logical []string) []string {
 	mapped := map[string]bool{}
 	for _, l := range logical {
-		phys, _ := m.Column(l)
+		phys, _ := r.m.Column(l)
 		mapped[phys] = true
 	}
 	var spare []string
-	for name := range cols {
+	for name := range r.cols {
 		if !mapped[name] {
 			spare = append(spare, name)
 		}
 	}
 	sort.Strings(spare)
-	var absent []string
-	for _, l := range logical {
-		phys, _ := m.Column(l)
-		spec := columnSpecs[l]
-		addDDL := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", table, QuoteIdent(phys), spec.ddl)
-		c, ok := cols[phys]
-		switch {
-		case !ok && m.Explicit(l) && dialect.Required(l):
-			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("database.columns.%s names column %s, which table %s does not have%s", l, phys, plain, suggest.DidYouMean(phys, spare)),
-				Fix:  fmt.Sprintf("correct the name (%s is required), or %s", l, addDDL)})
-		case !ok && dialect.Required(l):
-			fix := fmt.Sprintf("set database.columns.%s to the table's column for %s", l, l)
-			if l == dialect.ColSequence {
-				fix += " (a monotonic column such as a BIGSERIAL primary key serves: sequence: id)"
-				if idCol, _ := m.Column(dialect.ColID); cols[idCol].serial {
-					fix = fmt.Sprintf("set database.columns.sequence to a monotonic column: the id column %s is filled from a sequence, so it serves: sequence: %s", idCol, idCol)
-				}
-			}
-			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("required column %s (%s) is missing%s", phys, l, suggest.DidYouMean(phys, spare)),
-				Fix:  fix + ", or " + addDDL})
-		case !ok && m.Explicit(l):
-			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("database.columns.%s names column %s, which table %s does not have%s", l, phys, plain, suggest.DidYouMean(phys, spare)),
-				Fix:  fmt.Sprintf("correct the name, or declare the column absent with `%s: \"\"` (then: %s), or %s", l, degradation[l], addDDL)})
-		case !ok && !m.Adopted() && l != dialect.ColHeldAt:
-			// The bundled table lacks a column: a migration is missing.
-			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("column %s (%s) is missing", phys, l),
-				Fix:  addDDL + " (or queuebox migrate; to adopt a table of another shape, map its columns: docs/adopting.md)"})
-		case !ok && l == dialect.ColHeldAt && hold:
-			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("relay.onDead: hold needs column %s (heldAt), which is missing", phys),
-				Fix:  addDDL + " (or relay.onDead: release)"})
-		case !ok:
-			absent = append(absent, l)
-			if l != dialect.ColHeldAt {
-				plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (%s) not found: %s", phys, l, degradation[l]))
-			}
-		case l == dialect.ColID:
-			t, known := idTypes[c.dataType]
-			if !known {
-				plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-					What: fmt.Sprintf("column %s (id) has type %s; want uuid, bigint, integer or text", phys, c.dataType),
-					Fix:  "map database.columns.id to a unique column of one of those types"})
-			}
-			plan.IDType = t
-		case spec.ddl != "" && !slices.Contains(spec.types, c.dataType):
-			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("column %s (%s) has type %s; want %s", phys, l, c.dataType, strings.Join(spec.types, " or ")),
-				Fix:  alterTypeFix(table, QuoteIdent(phys), c.dataType, spec.ddl)})
-		case l == dialect.ColLastError && c.maxLen > 0:
-			plan.LastErrorLen = c.maxLen
-			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (lastError) holds at most %d characters: the relay cuts its error texts (up to 1,024 characters) to that length; ALTER TABLE %s ALTER COLUMN %s TYPE TEXT keeps them whole",
-				phys, c.maxLen, table, QuoteIdent(phys)))
+	return spare
+}
+
+// missingColumn records a mapped column the table lacks: a problem when
+// the column is required, named explicitly, part of the bundled table or
+// needed by onDead: hold; otherwise it reports true, the column becomes
+// absent, and a note says what the relay does without it.
+func (r *tableCheck) missingColumn(l, phys string, spare []string, hold bool) bool {
+	m := r.m
+	addDDL := fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", r.table, QuoteIdent(phys), columnSpecs[l].ddl)
+	switch {
+	case m.Explicit(l) && dialect.Required(l):
+		r.problem(dialect.SchemaProblem{Column: l,
+			What: fmt.Sprintf("database.columns.%s names column %s, which table %s does not have%s", l, phys, r.plain, suggest.DidYouMean(phys, spare)),
+			Fix:  fmt.Sprintf("correct the name (%s is required), or %s", l, addDDL)})
+	case dialect.Required(l):
+		r.problem(dialect.SchemaProblem{Column: l,
+			What: fmt.Sprintf("required column %s (%s) is missing%s", phys, l, suggest.DidYouMean(phys, spare)),
+			Fix:  r.requiredColumnFix(l) + ", or " + addDDL})
+	case m.Explicit(l):
+		r.problem(dialect.SchemaProblem{Column: l,
+			What: fmt.Sprintf("database.columns.%s names column %s, which table %s does not have%s", l, phys, r.plain, suggest.DidYouMean(phys, spare)),
+			Fix:  fmt.Sprintf("correct the name, or declare the column absent with `%s: \"\"` (then: %s), or %s", l, degradation[l], addDDL)})
+	case !m.Adopted() && l != dialect.ColHeldAt:
+		// The bundled table lacks a column: a migration is missing.
+		r.problem(dialect.SchemaProblem{Column: l,
+			What: fmt.Sprintf("column %s (%s) is missing", phys, l),
+			Fix:  addDDL + " (or queuebox migrate; to adopt a table of another shape, map its columns: docs/adopting.md)"})
+	case l == dialect.ColHeldAt && hold:
+		r.problem(dialect.SchemaProblem{Column: l,
+			What: fmt.Sprintf("relay.onDead: hold needs column %s (heldAt), which is missing", phys),
+			Fix:  addDDL + " (or relay.onDead: release)"})
+	default:
+		if l != dialect.ColHeldAt {
+			r.plan.Notes = append(r.plan.Notes, fmt.Sprintf("column %s (%s) not found: %s", phys, l, degradation[l]))
+		}
+		return true
+	}
+	return false
+}
+
+// requiredColumnFix says how to map a required column the table lacks;
+// for the sequence, an id filled from a sequence serves.
+func (r *tableCheck) requiredColumnFix(l string) string {
+	fix := fmt.Sprintf("set database.columns.%s to the table's column for %s", l, l)
+	if l == dialect.ColSequence {
+		fix += " (a monotonic column such as a BIGSERIAL primary key serves: sequence: id)"
+		if idCol, _ := r.m.Column(dialect.ColID); r.cols[idCol].serial {
+			fix = fmt.Sprintf("set database.columns.sequence to a monotonic column: the id column %s is filled from a sequence, so it serves: sequence: %s", idCol, idCol)
 		}
 	}
-	// A NULL id or sequence is a row the relay cannot handle: it cannot be
-	// settled by id, and has no place in per-key order. A NULL sequence
-	// makes the row malformed (dead-lettered with the reason), a NULL id
-	// keeps it out of every batch (scanMessages); a note says how to rule
-	// them out, without refusing a table that has none.
+	return fix
+}
+
+// checkColumnType checks a column the table has: the id's type (which the
+// plan records), each typed column against the types it may have, and the
+// lastError column's length limit.
+func (r *tableCheck) checkColumnType(l, phys string, c catalogColumn) {
+	spec := columnSpecs[l]
+	switch {
+	case l == dialect.ColID:
+		t, known := idTypes[c.dataType]
+		if !known {
+			r.problem(dialect.SchemaProblem{Column: l,
+				What: fmt.Sprintf("column %s (id) has type %s; want uuid, bigint, integer or text", phys, c.dataType),
+				Fix:  "map database.columns.id to a unique column of one of those types"})
+		}
+		r.plan.IDType = t
+	case spec.ddl != "" && !slices.Contains(spec.types, c.dataType):
+		r.problem(dialect.SchemaProblem{Column: l,
+			What: fmt.Sprintf("column %s (%s) has type %s; want %s", phys, l, c.dataType, strings.Join(spec.types, " or ")),
+			Fix:  alterTypeFix(r.table, QuoteIdent(phys), c.dataType, spec.ddl)})
+	case l == dialect.ColLastError && c.maxLen > 0:
+		r.plan.LastErrorLen = c.maxLen
+		r.plan.Notes = append(r.plan.Notes, fmt.Sprintf("column %s (lastError) holds at most %d characters: the relay cuts its error texts (up to 1,024 characters) to that length; ALTER TABLE %s ALTER COLUMN %s TYPE TEXT keeps them whole",
+			phys, c.maxLen, r.table, QuoteIdent(phys)))
+	}
+}
+
+// noteNullable notes an id or sequence column that allows NULL. Such a row
+// is one the relay cannot handle: it cannot be settled by id, and has no
+// place in per-key order. A NULL sequence makes the row malformed
+// (dead-lettered with the reason), a NULL id keeps it out of every batch
+// (scanMessages); the note says how to rule them out, without refusing a
+// table that has none.
+func (r *tableCheck) noteNullable() {
 	for _, l := range []string{dialect.ColID, dialect.ColSequence} {
-		phys, _ := m.Column(l)
-		if c, ok := cols[phys]; ok && c.nullable {
-			plan.Notes = append(plan.Notes, fmt.Sprintf("column %s (%s) allows NULL; a row whose %s is NULL %s: ALTER TABLE %s ALTER COLUMN %s SET NOT NULL;",
-				phys, l, l, nullConsequence[l], table, QuoteIdent(phys)))
+		phys, _ := r.m.Column(l)
+		if c, ok := r.cols[phys]; ok && c.nullable {
+			r.plan.Notes = append(r.plan.Notes, fmt.Sprintf("column %s (%s) allows NULL; a row whose %s is NULL %s: ALTER TABLE %s ALTER COLUMN %s SET NOT NULL;",
+				phys, l, l, nullConsequence[l], r.table, QuoteIdent(phys)))
 		}
 	}
-	// The claim reaches rows by id, every later write is fenced on it, and
-	// JetStream deduplicates on it (Nats-Msg-Id): rows that share an id
-	// would be claimed, settled and deduplicated as one message. Only a
-	// unique index on the id alone (not partial) rules that out.
-	idCol, _ := m.Column(dialect.ColID)
-	if _, ok := cols[idCol]; ok {
-		unique, err := idIsUnique(ctx, pool, idCol, args, schemaExpr)
-		if err != nil {
-			return plan, err
-		}
-		plan.IDUnique = unique
-		if !unique {
-			plan.Warnings = append(plan.Warnings, fmt.Sprintf("column %s (id) has no unique index; rows that share an id are claimed, settled and deduplicated as one message: CREATE UNIQUE INDEX ON %s (%s); (or, on a table without a primary key, ALTER TABLE %s ADD PRIMARY KEY (%s);)",
-				idCol, table, QuoteIdent(idCol), table, QuoteIdent(idCol)))
-		}
+}
+
+// checkIDUnique warns when the id column has no unique index. The claim
+// reaches rows by id, every later write is fenced on it, and JetStream
+// deduplicates on it (Nats-Msg-Id): rows that share an id would be
+// claimed, settled and deduplicated as one message. Only a unique index on
+// the id alone (not partial) rules that out.
+func (r *tableCheck) checkIDUnique(ctx context.Context) error {
+	idCol, _ := r.m.Column(dialect.ColID)
+	if _, ok := r.cols[idCol]; !ok {
+		return nil
 	}
-	// Every claim steps over the index entries of the rows claimed since the
-	// table's last vacuum; without autovacuum they pile up for as long as
-	// the relay runs, and so does the cost of each claim.
-	serverOff, tableOff, err := autovacuumOff(ctx, pool, args, schemaExpr)
+	unique, err := idIsUnique(ctx, r.pool, idCol, r.args, r.schemaExpr)
 	if err != nil {
-		return plan, err
+		return err
+	}
+	r.plan.IDUnique = unique
+	if !unique {
+		r.plan.Warnings = append(r.plan.Warnings, fmt.Sprintf("column %s (id) has no unique index; rows that share an id are claimed, settled and deduplicated as one message: CREATE UNIQUE INDEX ON %s (%s); (or, on a table without a primary key, ALTER TABLE %s ADD PRIMARY KEY (%s);)",
+			idCol, r.table, QuoteIdent(idCol), r.table, QuoteIdent(idCol)))
+	}
+	return nil
+}
+
+// checkAutovacuum warns when autovacuum is off for the table or the
+// server. Every claim steps over the index entries of the rows claimed
+// since the table's last vacuum; without autovacuum they pile up for as
+// long as the relay runs, and so does the cost of each claim.
+func (r *tableCheck) checkAutovacuum(ctx context.Context) error {
+	serverOff, tableOff, err := autovacuumOff(ctx, r.pool, r.args, r.schemaExpr)
+	if err != nil {
+		return err
 	}
 	if tableOff {
-		plan.Warnings = append(plan.Warnings, fmt.Sprintf("autovacuum is off for table %s (autovacuum_enabled = false); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER TABLE %s RESET (autovacuum_enabled);", plain, table))
+		r.plan.Warnings = append(r.plan.Warnings, fmt.Sprintf("autovacuum is off for table %s (autovacuum_enabled = false); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER TABLE %s RESET (autovacuum_enabled);", r.plain, r.table))
 	}
 	if serverOff {
-		plan.Warnings = append(plan.Warnings, "autovacuum is off on this server (autovacuum = off); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();, or VACUUM (ANALYZE) the table on a schedule")
+		r.plan.Warnings = append(r.plan.Warnings, "autovacuum is off on this server (autovacuum = off); claims slow down as the dead row versions of delivered rows pile up and the statistics go stale (docs/operations.md, \"Vacuum\"): ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf();, or VACUUM (ANALYZE) the table on a schedule")
 	}
-	if len(absent) > 0 {
-		plan.Mapping, err = m.Without(absent...)
-		if err != nil {
-			return plan, err
-		}
-	}
+	return nil
+}
 
-	// The state column's CHECK constraints, if any, must accept the mapped
-	// values; processing need only be accepted for lease mode.
-	allowed, constrained, err := stateCheck(ctx, pool, m, args, schemaExpr)
-	if err != nil {
-		return plan, err
-	}
-	stateCol, _ := m.Column(dialect.ColState)
+// checkStateValues refuses mapped pending, sent and dead values that the
+// state column's CHECK constraint does not accept.
+func (r *tableCheck) checkStateValues(accepts func(string) bool) {
+	stateCol, _ := r.m.Column(dialect.ColState)
 	for _, s := range []outbox.State{outbox.StatePending, outbox.StateSent, outbox.StateDead} {
-		v := m.State(s)
-		if constrained && !allowed(v) {
-			plan.Problems = append(plan.Problems, dialect.SchemaProblem{Column: dialect.ColState,
+		v := r.m.State(s)
+		if !accepts(v) {
+			r.problem(dialect.SchemaProblem{Column: dialect.ColState,
 				What: fmt.Sprintf("the CHECK constraint on column %s does not accept %q, the value for state %s", stateCol, v, s),
 				Fix:  fmt.Sprintf("set database.states.%s to the value the table uses for %s", s, s)})
 		}
 	}
+}
 
+// chooseMode sets the plan's claim mode and why: lock when asked, lease
+// when the table can hold a lease, and otherwise lock under auto and a
+// problem under lease. When the table cannot hold a lease, the advice
+// gives the DDL that would let it.
+func (r *tableCheck) chooseMode(mode string, accepts func(string) bool) {
+	plan := r.plan
 	pm := plan.Mapping
 	var missing []string
 	for _, l := range dialect.LeaseColumns {
@@ -274,18 +393,8 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 			missing = append(missing, l)
 		}
 	}
-	processingOK := pm.HasState(outbox.StateProcessing) && (!constrained || allowed(pm.State(outbox.StateProcessing)))
-	var noLease string
-	switch {
-	case len(missing) > 0 && !processingOK:
-		noLease = fmt.Sprintf("the table has no lease columns (%s) and no processing state value", strings.Join(missing, ", "))
-	case len(missing) > 0:
-		noLease = fmt.Sprintf("the table has no lease columns (%s)", strings.Join(missing, ", "))
-	case !processingOK && !pm.HasState(outbox.StateProcessing):
-		noLease = "database.states.processing is declared absent"
-	case !processingOK:
-		noLease = fmt.Sprintf("the CHECK constraint on column %s does not accept the processing value %q", stateCol, pm.State(outbox.StateProcessing))
-	}
+	processingOK := pm.HasState(outbox.StateProcessing) && accepts(pm.State(outbox.StateProcessing))
+	noLease := r.noLeaseReason(missing, processingOK)
 	switch {
 	case mode == ModeLock:
 		plan.Mode, plan.Why = ModeLock, "relay.claimMode: lock"
@@ -295,33 +404,57 @@ func ResolveTable(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping, mo
 			plan.Why = "relay.claimMode: lease; " + plan.Why
 		}
 	case mode == ModeLease:
-		plan.Problems = append(plan.Problems, dialect.SchemaProblem{
+		r.problem(dialect.SchemaProblem{
 			What: "relay.claimMode: lease, but " + noLease,
 			Fix:  "add what is missing (see the DDL below), or use relay.claimMode: lock (or auto)"})
 	default:
 		plan.Mode, plan.Why = ModeLock, noLease
 	}
 	if noLease != "" {
-		for _, l := range missing {
-			phys, ok := m.Column(l)
-			if !ok {
-				phys = defaultPhysical(l)
-			}
-			plan.Advice = append(plan.Advice, dialect.SchemaProblem{Column: l,
-				What: fmt.Sprintf("lease mode needs column %s (%s)", phys, l),
-				Fix:  fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", table, QuoteIdent(phys), columnSpecs[l].ddl)})
-		}
-		if !processingOK {
-			v := pm.State(outbox.StateProcessing)
-			if v == "" {
-				v = string(outbox.StateProcessing)
-			}
-			plan.Advice = append(plan.Advice, dialect.SchemaProblem{Column: dialect.ColState,
-				What: "lease mode needs a processing state value the state column accepts",
-				Fix:  fmt.Sprintf("allow %s in column %s (widen its CHECK constraint) and set database.states.processing: %s", quoteLiteral(v), stateCol, v)})
-		}
+		r.leaseAdvice(missing, processingOK)
 	}
-	return plan, nil
+}
+
+// noLeaseReason says why the table cannot hold a lease ("" when it can):
+// the lease columns it lacks, or a processing value it cannot store.
+func (r *tableCheck) noLeaseReason(missing []string, processingOK bool) string {
+	pm := r.plan.Mapping
+	stateCol, _ := r.m.Column(dialect.ColState)
+	switch {
+	case len(missing) > 0 && !processingOK:
+		return fmt.Sprintf("the table has no lease columns (%s) and no processing state value", strings.Join(missing, ", "))
+	case len(missing) > 0:
+		return fmt.Sprintf("the table has no lease columns (%s)", strings.Join(missing, ", "))
+	case !processingOK && !pm.HasState(outbox.StateProcessing):
+		return "database.states.processing is declared absent"
+	case !processingOK:
+		return fmt.Sprintf("the CHECK constraint on column %s does not accept the processing value %q", stateCol, pm.State(outbox.StateProcessing))
+	}
+	return ""
+}
+
+// leaseAdvice gives the DDL for each missing lease column and the state
+// value lease mode needs.
+func (r *tableCheck) leaseAdvice(missing []string, processingOK bool) {
+	for _, l := range missing {
+		phys, ok := r.m.Column(l)
+		if !ok {
+			phys = defaultPhysical(l)
+		}
+		r.plan.Advice = append(r.plan.Advice, dialect.SchemaProblem{Column: l,
+			What: fmt.Sprintf("lease mode needs column %s (%s)", phys, l),
+			Fix:  fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s;", r.table, QuoteIdent(phys), columnSpecs[l].ddl)})
+	}
+	if !processingOK {
+		stateCol, _ := r.m.Column(dialect.ColState)
+		v := r.plan.Mapping.State(outbox.StateProcessing)
+		if v == "" {
+			v = string(outbox.StateProcessing)
+		}
+		r.plan.Advice = append(r.plan.Advice, dialect.SchemaProblem{Column: dialect.ColState,
+			What: "lease mode needs a processing state value the state column accepts",
+			Fix:  fmt.Sprintf("allow %s in column %s (widen its CHECK constraint) and set database.states.processing: %s", quoteLiteral(v), stateCol, v)})
+	}
 }
 
 // autovacuumOff reports whether the server's autovacuum setting is off, and
