@@ -27,9 +27,9 @@ const cancelTimeout = 2 * time.Second
 // claim before it waits for the turn. With a plan for each execution
 // (PlanEachExecution) PostgreSQL plans a statement when it binds its
 // parameters, and the claim turn is the path that the claims of every relay
-// share: planned after the turn was granted, planning took about an eighth
-// of the time the turn was held. So, in
-// one round trip and one implicit transaction:
+// share: planned after the turn was granted, the planning would add to the
+// time every relay waits for the turn. So, in one round trip and one
+// implicit transaction:
 //
 //	Bind claim to portal qb_claim   (plans it)
 //	Bind + Execute the turn         (waits for the turn)
@@ -50,58 +50,104 @@ const cancelTimeout = 2 * time.Second
 // (claimShapes.sqlKept): those stay prepared on the connection; any other
 // is deallocated after its claim, so that a caller asking for ever new
 // shapes cannot fill the connections with prepared statements.
-func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool, p dialect.ClaimParams) (claimed dialect.Claimed, err error) {
+func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool, p dialect.ClaimParams) (dialect.Claimed, error) {
 	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return dialect.Claimed{}, interpretError("claim", err)
 	}
 	defer c.Release()
-	conn := c.Conn()
-	name := query.name
-	// Set when a shape that is not kept, or every statement after an error
-	// from the server, is to go (below); the connection closes when that
-	// fails, or when its replies were not read to the end.
-	var drop []string
-	broken := false
-	defer func() {
-		if len(drop) > 0 && !broken {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			for _, n := range drop {
-				if conn.Deallocate(dctx, n) != nil {
-					broken = true
-					break
-				}
-			}
-			cancel()
-		}
-		if broken {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-			_ = conn.PgConn().Close(cctx)
-			cancel()
-		}
-	}()
-	claim, err := conn.Prepare(ctx, name, query.sql)
+	s := &turnSession{conn: c.Conn()}
+	defer s.cleanUp(ctx)
+
+	claim, err := s.conn.Prepare(ctx, query.name, query.sql)
 	if err != nil {
 		return dialect.Claimed{}, interpretError("claim", err)
 	}
 	if !kept {
-		drop = append(drop, name)
+		s.drop = append(s.drop, query.name)
 	}
-	turn, err := conn.Prepare(ctx, d.queueName, d.queueSQL)
+	turn, err := s.conn.Prepare(ctx, d.queueName, d.queueSQL)
 	if err != nil {
 		return dialect.Claimed{}, interpretError("claim turn", err)
 	}
-	// Each column in the format pgx itself would ask for: binary for the
-	// types it knows, text for the rest (an enum topic, say).
+	formats := resultFormats(s.conn, claim)
+	if err := ctx.Err(); err != nil {
+		return dialect.Claimed{}, interpretError("claim", err) // nothing sent: nothing to cancel
+	}
+	params, err := d.claimParameters(s.conn, p)
+	if err != nil {
+		return dialect.Claimed{}, err
+	}
+	sent, err := s.send(claim, turn, params, formats)
+	if err != nil {
+		return dialect.Claimed{}, err
+	}
+	rows := &turnRows{conn: s.conn, fields: claim.Fields, formats: formats}
+	claimed, err := s.receive(ctx, rows, p)
+	if err != nil {
+		// After an error from the server both statements go: they stay
+		// prepared until told otherwise, and a claim prepared before the
+		// table changed (a column's type: "cached plan must not change
+		// result type") or dropped under it (DISCARD ALL) would fail on
+		// this connection for good; they are prepared afresh next time.
+		s.drop = []string{query.name, d.queueName}
+	}
+	d.reportTurn(rows, sent)
+	switch {
+	case rows.turnErr != nil:
+		return dialect.Claimed{}, interpretError("claim turn", rows.turnErr)
+	case err != nil:
+		return dialect.Claimed{}, interpretError("claim", err)
+	}
+	return claimed, nil
+}
+
+// turnSession is turnClaim's hold on its connection: the statements to
+// deallocate when the claim is over, and whether the connection is to
+// close instead.
+type turnSession struct {
+	conn *pgx.Conn
+	// drop: a shape that is not kept, or every statement after an error
+	// from the server. The connection closes when deallocating fails.
+	drop []string
+	// broken: the replies were not read to the end, so the connection's
+	// protocol state is unknown.
+	broken bool
+}
+
+// cleanUp deallocates the statements to drop and closes a broken
+// connection, on a context of its own: ctx may have ended.
+func (s *turnSession) cleanUp(ctx context.Context) {
+	if len(s.drop) > 0 && !s.broken {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		for _, n := range s.drop {
+			if s.conn.Deallocate(dctx, n) != nil {
+				s.broken = true
+				break
+			}
+		}
+		cancel()
+	}
+	if s.broken {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		_ = s.conn.PgConn().Close(cctx)
+		cancel()
+	}
+}
+
+// resultFormats asks for each column in the format pgx itself would: binary
+// for the types it knows, text for the rest (an enum topic, say).
+func resultFormats(conn *pgx.Conn, claim *pgconn.StatementDescription) []int16 {
 	formats := make([]int16, len(claim.Fields))
 	for i, f := range claim.Fields {
 		formats[i] = conn.TypeMap().FormatCodeForOID(f.DataTypeOID)
 	}
-	if err := ctx.Err(); err != nil {
-		return dialect.Claimed{}, interpretError("claim", err) // nothing sent: nothing to cancel
-	}
-	pc := conn.PgConn()
-	fe := pc.Frontend()
+	return formats
+}
+
+// claimParameters encodes the claim's parameters as text: the token, the
+// lease in microseconds, then the window's arguments.
+func (d *Dialect) claimParameters(conn *pgx.Conn, p dialect.ClaimParams) ([][]byte, error) {
 	params := [][]byte{[]byte(p.Token), strconv.AppendInt(nil, micros(p.Lease), 10)}
 	for _, a := range d.claims.windowArgs(shapeOf(p), p) {
 		switch v := a.(type) {
@@ -112,11 +158,19 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 			// data: any character).
 			b, err := conn.TypeMap().Encode(pgtype.TextArrayOID, pgtype.TextFormatCode, v, nil)
 			if err != nil {
-				return dialect.Claimed{}, fmt.Errorf("postgres: claim: skip list: %w", err)
+				return nil, fmt.Errorf("postgres: claim: skip list: %w", err)
 			}
 			params = append(params, b)
 		}
 	}
+	return params, nil
+}
+
+// send writes the exchange in one flush: bind the claim to its portal,
+// bind and execute the turn, execute the claim, sync. It returns when it
+// was sent.
+func (s *turnSession) send(claim, turn *pgconn.StatementDescription, params [][]byte, formats []int16) (time.Time, error) {
+	fe := s.conn.PgConn().Frontend()
 	fe.SendBind(&pgproto3.Bind{
 		DestinationPortal: claimPortal, PreparedStatement: claim.Name,
 		ParameterFormatCodes: []int16{pgtype.TextFormatCode},
@@ -129,21 +183,26 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 	fe.SendSync(&pgproto3.Sync{})
 	sent := time.Now()
 	if err := fe.Flush(); err != nil {
-		broken = true
-		return dialect.Claimed{}, interpretError("claim", err)
+		s.broken = true
+		return sent, interpretError("claim", err)
 	}
-	// The context is watched once for the whole exchange, not for each
-	// message (pgconn's ReceiveMessage would for every row): when it ends,
-	// a read deadline in the past stops the next read from the socket.
-	// Replies already read into the buffer are still taken, so a claim
-	// whose answer has arrived in full is not dropped.
+	return sent, nil
+}
+
+// receive reads the replies and scans the claimed rows. The context is
+// watched once for the whole exchange, not for each message (pgconn's
+// ReceiveMessage would for every row): when it ends, a read deadline in
+// the past stops the next read from the socket. Replies already read into
+// the buffer are still taken, so a claim whose answer has arrived in full
+// is not dropped.
+func (s *turnSession) receive(ctx context.Context, rows *turnRows, p dialect.ClaimParams) (dialect.Claimed, error) {
+	pc := s.conn.PgConn()
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(fired)
 		_ = pc.Conn().SetReadDeadline(time.Now())
 	})
-	rows := &turnRows{conn: conn, fields: claim.Fields, formats: formats}
-	claimed, err = scanClaim(rows, p)
+	claimed, err := scanClaim(rows, p)
 	if !stop() {
 		<-fired
 		if !rows.broken && pc.Conn().SetReadDeadline(time.Time{}) != nil {
@@ -156,7 +215,7 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 		// their lease to expire). Giving up on the socket alone, as pgx
 		// does, leaves it at that; cancel the statement (too late if it
 		// has committed already: then they wait).
-		broken = true
+		s.broken = true
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 		_ = pc.CancelRequest(cctx)
 		cancel()
@@ -164,29 +223,21 @@ func (d *Dialect) turnClaim(ctx context.Context, query renderedClaim, kept bool,
 			err = ctx.Err()
 		}
 	}
-	if err != nil {
-		// After an error from the server both statements go: they stay
-		// prepared until told otherwise, and a claim prepared before the
-		// table changed (a column's type: "cached plan must not change
-		// result type") or dropped under it (DISCARD ALL) would fail on
-		// this connection for good; they are prepared afresh next time.
-		drop = []string{name, d.queueName}
+	return claimed, err
+}
+
+// reportTurn tells the OnClaimTurn functions how long the claim waited for
+// the turn and whether it queued, when the turn was granted.
+func (d *Dialect) reportTurn(rows *turnRows, sent time.Time) {
+	if rows.granted.IsZero() {
+		return
 	}
-	if !rows.granted.IsZero() {
-		if d.turnWaited != nil {
-			d.turnWaited(rows.granted.Sub(sent))
-		}
-		if d.turnQueued != nil {
-			d.turnQueued(rows.queued)
-		}
+	if d.turnWaited != nil {
+		d.turnWaited(rows.granted.Sub(sent))
 	}
-	switch {
-	case rows.turnErr != nil:
-		return dialect.Claimed{}, interpretError("claim turn", rows.turnErr)
-	case err != nil:
-		return dialect.Claimed{}, interpretError("claim", err)
+	if d.turnQueued != nil {
+		d.turnQueued(rows.queued)
 	}
-	return claimed, nil
 }
 
 // preparedName names a statement that turnClaim prepares. Not its SQL
