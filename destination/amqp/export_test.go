@@ -34,7 +34,13 @@ func Blocked(d *Destination) bool {
 
 // PropertiesOf returns the message d publishes for m, under its row-header
 // policy.
-func PropertiesOf(d *Destination, m *outbox.Message) amqp.Publishing { return d.properties(m) }
+func PropertiesOf(d *Destination, m *outbox.Message) amqp.Publishing {
+	p, err := d.properties(m)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
 
 // Address renders the exchange and routing key of m as d does.
 func Address(d *Destination, m *outbox.Message) (exchange, key string, err error) {

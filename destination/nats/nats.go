@@ -157,80 +157,15 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 	if log == nil {
 		log = slog.Default()
 	}
-	if o.Name == "" {
-		o.Name = "nats"
-	}
+	o.setDefaults()
 	log = log.With("destination", o.Name, "type", "nats")
-	src := o.Subject
-	switch {
-	case o.Subject != "" && o.SubjectFrom != "":
-		return nil, fmt.Errorf("nats destination %q: set subject or subjectFrom, not both", o.Name)
-	case o.SubjectFrom != "":
-		var ok bool
-		if src, ok = subjectFromTemplates[o.SubjectFrom]; !ok {
-			return nil, fmt.Errorf("nats destination %q: subjectFrom %q: want topic, key or aggregate_type", o.Name, o.SubjectFrom)
-		}
-	case o.Subject == "":
-		src = "{{ topic }}"
-	}
-	tmpl, err := address.ParseTemplate(src)
+	tmpl, err := subjectTemplate(o)
 	if err != nil {
-		return nil, fmt.Errorf("nats destination %q: subject: %w", o.Name, err)
-	}
-	if len(o.Servers) == 0 {
-		o.Servers = []string{nats.DefaultURL}
-	}
-	if o.MaxPending <= 0 {
-		o.MaxPending = DefaultMaxPending
-	}
-	if o.AckTimeout <= 0 {
-		o.AckTimeout = DefaultAckTimeout
-	}
-	if o.ReconnectWait <= 0 {
-		o.ReconnectWait = DefaultReconnectWait
-	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = DefaultConnectWait
+		return nil, err
 	}
 	servers := redactURLs(o.Servers)
 	denied := newDenials(o.AckTimeout)
-
-	opts := []nats.Option{
-		nats.Name("queuebox/" + o.Name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(o.ReconnectWait),
-		nats.Timeout(o.ConnectTimeout),
-		// Messages published while disconnected are not buffered: their
-		// acks are lost on reconnect anyway, so fail them at once.
-		nats.ReconnectBufSize(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "error", err)
-			} else {
-				log.Info("nats disconnected")
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
-		}),
-		nats.ClosedHandler(func(*nats.Conn) { log.Debug("nats connection closed") }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if subj, ok := publishDenied(err); ok {
-				denied.add(subj)
-			}
-			log.Warn("nats asynchronous error", "error", err)
-		}),
-	}
-	if o.Token != "" {
-		opts = append(opts, nats.Token(o.Token))
-	}
-	if o.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(o.CredsFile))
-	}
-	if o.TLS != nil {
-		opts = append(opts, nats.Secure(o.TLS))
-	}
-	nc, err := nats.Connect(strings.Join(o.Servers, ","), opts...)
+	nc, err := nats.Connect(strings.Join(o.Servers, ","), connOptions(o, log, denied)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats destination %q: connect to %s: %w (check servers, and that nats-server is running and reachable)", o.Name, servers, err)
 	}
@@ -267,43 +202,89 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 	return d, nil
 }
 
-func (d *Destination) ensureStream(ctx context.Context, o Options) error {
-	if o.CreateStream && o.Stream == "" {
-		return fmt.Errorf("nats destination %q: createStream needs stream (a name)", o.Name)
+func (o *Options) setDefaults() {
+	if o.Name == "" {
+		o.Name = "nats"
 	}
-	if o.Stream == "" {
-		return nil
+	if len(o.Servers) == 0 {
+		o.Servers = []string{nats.DefaultURL}
 	}
-	_, err := d.js.Stream(ctx, o.Stream)
+	if o.MaxPending <= 0 {
+		o.MaxPending = DefaultMaxPending
+	}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = DefaultAckTimeout
+	}
+	if o.ReconnectWait <= 0 {
+		o.ReconnectWait = DefaultReconnectWait
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectWait
+	}
+}
+
+// subjectTemplate parses the subject template, or the template of
+// subjectFrom; {{ topic }} when neither is set.
+func subjectTemplate(o Options) (*address.Template, error) {
+	src := o.Subject
 	switch {
-	case err == nil:
-		if o.CreateStream {
-			d.log.Info("nats stream exists; configuration left unchanged", "stream", o.Stream)
+	case o.Subject != "" && o.SubjectFrom != "":
+		return nil, fmt.Errorf("nats destination %q: set subject or subjectFrom, not both", o.Name)
+	case o.SubjectFrom != "":
+		var ok bool
+		if src, ok = subjectFromTemplates[o.SubjectFrom]; !ok {
+			return nil, fmt.Errorf("nats destination %q: subjectFrom %q: want topic, key or aggregate_type", o.Name, o.SubjectFrom)
 		}
-		return nil
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("nats destination %q: stream %q: %w", o.Name, o.Stream, err)
-	case !o.CreateStream:
-		return fmt.Errorf("nats destination %q: stream %q does not exist: create it (nats stream add %s --subjects ...), or set createStream: true and streamSubjects: %w", o.Name, o.Stream, o.Stream, err)
+	case o.Subject == "":
+		src = "{{ topic }}"
 	}
-	subjects := o.StreamSubjects
-	if len(subjects) == 0 {
-		if !d.subject.Static() {
-			return fmt.Errorf("nats destination %q: createStream with a subject template (%q) needs streamSubjects", o.Name, d.subject.String())
-		}
-		subjects = []string{d.subject.String()}
+	tmpl, err := address.ParseTemplate(src)
+	if err != nil {
+		return nil, fmt.Errorf("nats destination %q: subject: %w", o.Name, err)
 	}
-	_, err = d.js.CreateStream(ctx, jetstream.StreamConfig{Name: o.Stream, Subjects: subjects, Storage: jetstream.FileStorage})
-	switch {
-	case err == nil:
-		d.log.Info("nats stream created", "stream", o.Stream, "subjects", subjects)
-	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
-		// It exists with another configuration: leave it alone.
-		d.log.Info("nats stream exists; configuration left unchanged", "stream", o.Stream)
-	default:
-		return fmt.Errorf("nats destination %q: create stream %q %v: %w", o.Name, o.Stream, subjects, err)
+	return tmpl, nil
+}
+
+// connOptions are the connection's options: reconnect forever, no buffer
+// while disconnected, credentials, TLS, and handlers that log and note
+// the server's refusals of a subject (denied).
+func connOptions(o Options, log *slog.Logger, denied *denials) []nats.Option {
+	opts := []nats.Option{
+		nats.Name("queuebox/" + o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(o.ReconnectWait),
+		nats.Timeout(o.ConnectTimeout),
+		// Messages published while disconnected are not buffered: their
+		// acks are lost on reconnect anyway, so fail them at once.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "error", err)
+			} else {
+				log.Info("nats disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { log.Debug("nats connection closed") }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if subj, ok := publishDenied(err); ok {
+				denied.add(subj)
+			}
+			log.Warn("nats asynchronous error", "error", err)
+		}),
 	}
-	return nil
+	if o.Token != "" {
+		opts = append(opts, nats.Token(o.Token))
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.TLS != nil {
+		opts = append(opts, nats.Secure(o.TLS))
+	}
+	return opts
 }
 
 // Check reports whether the connection is up and the JetStream account
@@ -321,70 +302,6 @@ func (d *Destination) Check(ctx context.Context) error {
 		return outbox.Unavailable(fmt.Errorf("nats destination %q: JetStream account: %w", d.name, err))
 	}
 	return nil
-}
-
-// StreamWarning says what the destination cannot know about where its
-// messages will be stored, and the fix; "" when nothing is in doubt. With
-// stream set, New has checked (or created) the stream. Without it, a
-// static subject is looked up: no stream covering it means every publish
-// fails, each row is retried and then dead. A subject template cannot be
-// checked at all: a row whose subject no stream covers fails the same way,
-// and only at its first publish. `queuebox check` and the relay's start
-// print it.
-func (d *Destination) StreamWarning(ctx context.Context) string {
-	if d.stream != "" {
-		return ""
-	}
-	if !d.subject.Static() {
-		return fmt.Sprintf("nats destination %q: subject %q is a template and no stream is set, so nothing checks that a JetStream stream covers the subjects it renders; a row whose subject no stream covers is retried, then dead. Set stream (and createStream: true with streamSubjects to have the relay create it)", d.name, d.subject.String())
-	}
-	_, err := d.streamOfSubject(ctx)
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Sprintf("nats destination %q: no JetStream stream covers subject %q: every publish will fail, and each row be retried, then dead. Create a stream for it, or set stream and createStream: true", d.name, d.subject.String())
-	}
-	return fmt.Sprintf("nats destination %q: could not look up the stream of subject %q: %v", d.name, d.subject.String(), err)
-}
-
-// DuplicateWindow returns the duplicate window of the configured stream, or
-// of the stream covering the subject when the subject is static. The engine
-// warns when it is shorter than lease + longest backoff: a redelivery after
-// the window is stored twice.
-func (d *Destination) DuplicateWindow(ctx context.Context) (time.Duration, error) {
-	name := d.stream
-	if name == "" {
-		if !d.subject.Static() {
-			return 0, fmt.Errorf("nats destination %q: subject %q is a template; set stream to know the duplicate window", d.name, d.subject.String())
-		}
-		var err error
-		name, err = d.streamOfSubject(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("nats destination %q: stream for subject %q: %w", d.name, d.subject.String(), err)
-		}
-	}
-	s, err := d.js.Stream(ctx, name)
-	if err != nil {
-		return 0, fmt.Errorf("nats destination %q: stream %q: %w", d.name, name, err)
-	}
-	return s.CachedInfo().Config.Duplicates, nil
-}
-
-// streamOfSubject returns the stream covering the static subject. A stream
-// found is remembered; a failed lookup is not, so the next call asks again.
-func (d *Destination) streamOfSubject(ctx context.Context) (string, error) {
-	d.subjectStreamMu.Lock()
-	defer d.subjectStreamMu.Unlock()
-	if d.subjectStream != "" {
-		return d.subjectStream, nil
-	}
-	name, err := d.js.StreamNameBySubject(ctx, d.subject.String())
-	if err != nil {
-		return "", err
-	}
-	d.subjectStream = name
-	return name, nil
 }
 
 // Close drains and closes the connection. It is idempotent.
