@@ -18,6 +18,9 @@ import (
 // transaction.
 const latencyProducers = 8
 
+// latencyInsert is the producers' statement: one row per transaction.
+const latencyInsert = "INSERT INTO outbox (id, topic, key, payload) VALUES ($1, $2, $3, $4)"
+
 // runLatency offers o.Rate rows/s for o.Duration to one relay (NATS, keyed)
 // and measures commit-to-ack at the receiver: the time a core NATS
 // subscription on the stream's subject sees the message, minus the time the
@@ -41,18 +44,11 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 	defer func() { _ = w.js.DeleteStream(context.WithoutCancel(ctx), st.CachedInfo().Config.Name) }()
 
 	total := int(float64(o.Rate) * o.Duration.Seconds())
-	recv := newReceipts(total)
-	sub, err := w.nc.Subscribe(topic, func(m *nats.Msg) {
-		recv.add(m.Header.Get("Nats-Msg-Id"), time.Now())
-	})
+	recv, unsubscribe, err := subscribeReceipts(w.nc, topic, total)
 	if err != nil {
 		return fail(err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := w.nc.Flush(); err != nil {
-		return fail(err)
-	}
+	defer unsubscribe()
 
 	cfg := o.replicaConfig(s.url)
 	cfg.Dest, cfg.NATSURL, cfg.Subject, cfg.Stream = "nats", w.natsURL, topic, st.CachedInfo().Config.Name
@@ -81,16 +77,55 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 	}
 
 	// The producers' connections are opened, and their INSERT prepared,
-	// before the clock starts: an application's pool is warm, and eight
+	// before the clock starts: an application's pool is warm, and
 	// connections forked and planned in the first milliseconds of the run
-	// stalled the two cores, and the relay with them, for 30–60 ms, which
-	// the p99 of a 10 s run counts (docs/benchmarks.md).
-	const insert = "INSERT INTO outbox (id, topic, key, payload) VALUES ($1, $2, $3, $4)"
-	if err := warmProducers(ctx, s.pool, latencyProducers, insert); err != nil {
+	// stall the cores, and the relay with them, which the p99 counts.
+	if err := warmProducers(ctx, s.pool, latencyProducers, latencyInsert); err != nil {
 		return fail(err)
 	}
+	committed, achieved, err := offerLoad(ctx, s.pool, o, topic, total)
+	l.Achieved = achieved
+	if err != nil {
+		return fail(err)
+	}
+	lat := recv.latencies(ctx, committed)
+	l.Rows, l.Delivered = len(committed), len(lat)
+	if len(lat) < len(committed) {
+		return fail(fmt.Errorf("%d of %d rows arrived", len(lat), len(committed)))
+	}
+	slices.Sort(lat)
+	l.P50, l.P95, l.P99, l.Max = pct(lat, 50), pct(lat, 95), pct(lat, 99), lat[len(lat)-1]
+	return l
+}
 
-	// The offered load: row i is due at start + i/rate.
+// subscribeReceipts records when a core NATS subscription on subject sees
+// each message, by its Nats-Msg-Id, expecting total of them.
+func subscribeReceipts(nc *nats.Conn, subject string, total int) (*receipts, func(), error) {
+	recv := newReceipts(total)
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		recv.add(m.Header.Get("Nats-Msg-Id"), time.Now())
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	unsubscribe := func() { _ = sub.Unsubscribe() }
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		unsubscribe()
+		return nil, nil, err
+	}
+	return recv, unsubscribe, nil
+}
+
+// offerLoad writes total rows with latencyProducers side by side, row i due
+// at start + i/rate, and returns when each row's COMMIT returned, by id,
+// and the rows/s the writers achieved.
+//
+// Writers that fall behind (PostgreSQL serialises the commits that send
+// NOTIFY; the trigger sends it only while the relay sleeps) stop at the
+// end of the duration: the rows not yet written are not offered, and
+// "written rows/s" says what the writers managed.
+func offerLoad(ctx context.Context, pool *pgxpool.Pool, o *Options, topic string, total int) (map[string]time.Time, float64, error) {
 	var (
 		mu        sync.Mutex
 		committed = make(map[string]time.Time, total)
@@ -102,17 +137,15 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 	next := make(chan int)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for p := 0; p < latencyProducers; p++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range latencyProducers {
+		wg.Go(func() {
 			for i := range next {
 				due := start.Add(time.Duration(float64(i) / float64(o.Rate) * float64(time.Second)))
 				if d := time.Until(due); d > 0 {
 					time.Sleep(d)
 				}
 				id := uuid.NewString()
-				_, err := s.pool.Exec(ctx, insert, id, topic, fmt.Sprintf("k%d", i%keys), body)
+				_, err := pool.Exec(ctx, latencyInsert, id, topic, fmt.Sprintf("k%d", i%keys), body)
 				at := time.Now()
 				if err != nil {
 					errOnce.Do(func() { prodErr = err })
@@ -122,43 +155,39 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 				committed[id] = at
 				mu.Unlock()
 			}
-		}()
+		})
 	}
-	// Writers that fall behind (PostgreSQL serialises the commits that
-	// send NOTIFY; the trigger sends it only while the relay sleeps) stop
-	// at the end of the duration: the rows not yet written are not
-	// offered, and "written rows/s" says what the writers managed.
 	end := start.Add(o.Duration + time.Second)
 	for i := 0; i < total && ctx.Err() == nil && time.Now().Before(end); i++ {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	l.Achieved = float64(len(committed)) / time.Since(start).Seconds()
+	achieved := float64(len(committed)) / time.Since(start).Seconds()
 	if prodErr != nil {
-		return fail(fmt.Errorf("producer: %w", prodErr))
+		return committed, achieved, fmt.Errorf("producer: %w", prodErr)
 	}
-	recv.expect(len(committed))
+	return committed, achieved, nil
+}
+
+// latencies waits for the committed rows to arrive (up to 30s) and returns
+// the commit-to-receipt time of each that did, in milliseconds.
+func (r *receipts) latencies(ctx context.Context, committed map[string]time.Time) []float64 {
+	r.expect(len(committed))
 	select {
-	case <-recv.done:
+	case <-r.done:
 	case <-time.After(30 * time.Second):
 	case <-ctx.Done():
 	}
-	recv.mu.Lock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	lat := make([]float64, 0, len(committed))
 	for id, c := range committed {
-		if r, ok := recv.seen[id]; ok {
-			lat = append(lat, max(float64(r.Sub(c).Microseconds())/1000, 0))
+		if at, ok := r.seen[id]; ok {
+			lat = append(lat, max(float64(at.Sub(c).Microseconds())/1000, 0))
 		}
 	}
-	recv.mu.Unlock()
-	l.Rows, l.Delivered = len(committed), len(lat)
-	if len(lat) < len(committed) {
-		return fail(fmt.Errorf("%d of %d rows arrived", len(lat), len(committed)))
-	}
-	slices.Sort(lat)
-	l.P50, l.P95, l.P99, l.Max = pct(lat, 50), pct(lat, 95), pct(lat, 99), lat[len(lat)-1]
-	return l
+	return lat
 }
 
 // warmProducers opens n connections of pool (each held until all are open,
