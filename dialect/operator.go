@@ -113,6 +113,9 @@ type DeadListParams struct {
 	// the two.
 	SinceAgo *time.Duration
 	Limit    int
+	// Progress, when not nil, is called with the number of rows read so
+	// far, as they arrive (a large export takes a while).
+	Progress func(read int)
 }
 
 // TimeBoundsUsable is the package function for p's bounds.
@@ -140,7 +143,10 @@ type DeadRow struct {
 	Attempt   int
 	LastError string
 	UpdatedAt time.Time // when it died; zero when the table has no updatedAt column
-	Held      bool      // later rows of its key are waiting on it
+	// Held is the row's own hold (relay.onDead: hold): the key's later
+	// rows wait for it, whether or not any wait yet, until a replay or a
+	// KeyReleaser clears it.
+	Held bool
 }
 
 // ReplayParams select the rows to replay; the selectors combine with AND.
@@ -156,6 +162,18 @@ type ReplayParams struct {
 	SinceAgo, UntilAgo *time.Duration
 	DryRun             bool
 	BatchSize          int // rows per statement, so large replays hold no long locks (default 500)
+	// Progress, when not nil, is called after the selection is read and
+	// after each batch: done is the selected rows handled so far (moved or
+	// left), total the rows selected, or -1 while the dialect does not
+	// know it yet (one that reads the selection a page at a time).
+	Progress func(done, total int64)
+}
+
+// ReportProgress calls Progress, when set.
+func (p ReplayParams) ReportProgress(done, total int64) {
+	if p.Progress != nil {
+		p.Progress(done, total)
+	}
 }
 
 // Empty reports whether no selector is set.

@@ -38,8 +38,10 @@ func runInspector(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"InspectReplay", testReplay},
 		{"InspectReplaySent", testReplaySent},
 		{"InspectReplayLeavesAKeyInFlight", testReplayLeavesAKeyInFlight},
+		{"InspectReplayReportsProgress", testReplayProgress},
 		{"HoldKeepsKeyUntilReplay", testHoldReplay},
 		{"HoldReleaseKey", testHoldRelease},
+		{"HoldFlagInDeadList", testHoldFlag},
 		{"PurgeOldFinishedRows", testPurge},
 	}
 	for _, tc := range tests {
@@ -483,6 +485,75 @@ func testHoldRelease(t *testing.T, h Harness) {
 	}
 	if _, err := rel.ReleaseKey(ctx, ""); err == nil {
 		t.Error("release of the empty key accepted")
+	}
+}
+
+// testHoldFlag: with hold, dead list marks a keyed dead row held from its
+// own hold, also when no later row of its key waits yet; a release clears
+// it, and a dead row without a key is never held.
+func testHoldFlag(t *testing.T, h Harness) {
+	ctx := testContext(t)
+	d := holdDialect(t, h)
+	in := inspector(t, d)
+	rel, ok := d.(dialect.KeyReleaser)
+	if !ok {
+		t.Skip("the dialect does not implement dialect.KeyReleaser")
+	}
+	ids := insert(t, ctx, h, Row{Key: "alone"}, Row{})
+	kill(t, ctx, d, "poison", ids...)
+	held := func() map[string]bool {
+		t.Helper()
+		rows, err := in.DeadList(ctx, dialect.DeadListParams{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, r := range rows {
+			out[r.ID] = r.Held
+		}
+		return out
+	}
+	if got := held(); !got[ids[0]] || got[ids[1]] {
+		t.Fatalf("held = %v, want %s (keyed, nothing waiting) held and %s (no key) not", got, ids[0], ids[1])
+	}
+	n, err := rel.ReleaseKey(ctx, "alone")
+	wantAffected(t, "release", n, err, 1)
+	if got := held(); got[ids[0]] {
+		t.Fatalf("held = %v after the release", got)
+	}
+}
+
+// testReplayProgress: Replay reports its progress after each batch, and
+// the last report says every selected row was handled.
+func testReplayProgress(t *testing.T, h Harness) {
+	ctx := testContext(t)
+	in := inspector(t, h.Dialect())
+	ids := insert(t, ctx, h, Row{Topic: "prog.a"}, Row{Topic: "prog.a"}, Row{Topic: "prog.a"}, Row{Topic: "prog.a"}, Row{Topic: "prog.a"})
+	kill(t, ctx, h.Dialect(), "poison", ids...)
+	type report struct{ done, total int64 }
+	var got []report
+	p := dialect.ReplayParams{TopicPattern: "prog.*", BatchSize: 2, Progress: func(done, total int64) { got = append(got, report{done, total}) }}
+	res, err := in.Replay(ctx, p)
+	wantReplay(t, "replay", res, err, 5, 5)
+	if len(got) == 0 || got[len(got)-1] != (report{5, 5}) {
+		t.Fatalf("progress %v, want it to end at 5 of 5", got)
+	}
+	batches := 0
+	for i, r := range got {
+		if i > 0 && r.done < got[i-1].done {
+			t.Fatalf("progress went back: %v", got)
+		}
+		if r.done > 0 {
+			batches++
+		}
+	}
+	if batches != 3 {
+		t.Errorf("progress %v: %d reports after a batch, want 3 (batches of 2)", got, batches)
+	}
+	got = nil
+	p.DryRun = true
+	if _, err := in.Replay(ctx, p); err != nil || len(got) != 0 {
+		t.Errorf("dry run reported progress %v (%v)", got, err)
 	}
 }
 

@@ -140,7 +140,11 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 	if err != nil {
 		return nil, interpretError("dead_list", err)
 	}
+	read := 0
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dialect.DeadRow, error) {
+		if read++; p.Progress != nil {
+			p.Progress(read)
+		}
 		var (
 			row          dialect.DeadRow
 			key, lastErr *string
@@ -204,13 +208,16 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.R
 	if p.DryRun {
 		return res, nil
 	}
+	p.ReportProgress(0, res.Selected)
 	batch := p.Batch()
 	for start := 0; start < selected.len(); start += batch {
-		n, err := d.replayBatch(ctx, state, selected.slice(start, min(start+batch, selected.len())))
+		end := min(start+batch, selected.len())
+		n, err := d.replayBatch(ctx, state, selected.slice(start, end))
 		res.Moved += n
 		if err != nil {
 			return res, err
 		}
+		p.ReportProgress(int64(end), res.Selected)
 	}
 	return res, nil
 }

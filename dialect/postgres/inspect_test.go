@@ -180,3 +180,94 @@ func TestUnmappedStatesGivesUpInTime(t *testing.T) {
 		t.Fatalf("UnmappedStates = %+v, %v, %v; want one archived row", values, ok, err)
 	}
 }
+
+// TestReplayPlanWithoutStatistics: on a table of 200,000 dead rows that was
+// never analyzed (autovacuum off), a replay batch reaches its rows by the
+// primary key, in the plan made for its parameters and in a generic one,
+// and reads buffers in proportion to the batch, not to the dead rows: a
+// plan that walks the finished rows' index for every batch makes a replay
+// of them all take an hour.
+func TestReplayPlanWithoutStatistics(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := testenv.Context(t, 120*time.Second)
+	d := newDialect(t, pg.Pool)
+	pg.MustExec(t, ctx, `ALTER TABLE outbox SET (autovacuum_enabled = false)`)
+	pg.MustExec(t, ctx, `
+		INSERT INTO outbox (topic, key, payload, state, attempt, last_error)
+		SELECT 'order.created', CASE WHEN g % 10 = 0 THEN NULL ELSE 'k' || (g % 5000) END, '{}', 'dead', 5, 'http 500'
+		FROM generate_series(1, 200000) AS g;
+		INSERT INTO outbox (topic, key, payload, state, claimed_at, lease_expires_at, claim_token)
+		SELECT 'order.created', 'busy' || g, '{}', 'processing', now(), now() + interval '1 minute', gen_random_uuid()
+		FROM generate_series(1, 20) AS g`)
+	var reltuples float64
+	if err := pg.Pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'outbox'::regclass`).Scan(&reltuples); err != nil {
+		t.Fatal(err)
+	}
+	if reltuples >= 0 {
+		t.Fatalf("the table has statistics (reltuples %v): the test needs a never-analyzed table", reltuples)
+	}
+	var ids []string
+	if err := pg.Pool.QueryRow(ctx, `SELECT array_agg(id::text) FROM (SELECT id FROM outbox WHERE state = 'dead' ORDER BY sequence DESC LIMIT 500) AS s`).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	query := d.queries["replay"]
+	idList := regexp.MustCompile(`'\{[^}]*\}'`)
+	checkPlan := func(what, plan string) {
+		t.Helper()
+		if !strings.Contains(plan, "on outbox_pkey") && !strings.Contains(plan, "using outbox_pkey") || strings.Contains(plan, "outbox_finished_idx") {
+			t.Errorf("%s plan of a replay batch does not reach its rows by the primary key:\n%s", what, idList.ReplaceAllString(plan, "'{…}'"))
+		}
+	}
+	checkPlan("custom", explainPlan(t, ctx, pg.Pool, query, "dead", ids))
+
+	conn, err := pg.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, stmt := range []string{"SET plan_cache_mode = force_generic_plan", "PREPARE replay_batch(text, text[]) AS " + query} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%v\n%s", err, stmt)
+		}
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE replay_batch; RESET plan_cache_mode") }()
+	// EXECUTE takes no parameters of the outer statement: the ids as a
+	// literal (UUIDs need no quoting inside it).
+	checkPlan("generic", explainPlan(t, ctx, conn, "EXECUTE replay_batch('dead', '{"+strings.Join(ids, ",")+"}')"))
+
+	// Run it, rolled back: the rows it looks at to find its batch.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var doc []struct{ Plan planNode }
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+query, "dead", ids).Scan(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if examined := doc[0].Plan.examined("o"); examined == 0 || examined > int64(len(ids)) {
+		t.Errorf("a batch of %d ids looked at %d rows of the table", len(ids), examined)
+	}
+}
+
+// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).
+type planNode struct {
+	Alias         string     `json:"Alias"`
+	ActualRows    int64      `json:"Actual Rows"`
+	ActualLoops   int64      `json:"Actual Loops"`
+	FilterRemoved int64      `json:"Rows Removed by Filter"`
+	RecheckRemove int64      `json:"Rows Removed by Index Recheck"`
+	Plans         []planNode `json:"Plans"`
+}
+
+// examined is the rows the nodes of alias returned or removed.
+func (n planNode) examined(alias string) int64 {
+	var sum int64
+	if n.Alias == alias { // the scans of alias, and the Update node, which returns nothing
+		sum += (n.ActualRows + n.FilterRemoved + n.RecheckRemove) * max(n.ActualLoops, 1)
+	}
+	for _, c := range n.Plans {
+		sum += c.examined(alias)
+	}
+	return sum
+}

@@ -157,6 +157,9 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 				row.UpdatedAt = updated.Time.UTC()
 			}
 			out = append(out, row)
+			if p.Progress != nil {
+				p.Progress(len(out))
+			}
 		}
 		err = rows.Err()
 		rows.Close()
@@ -234,7 +237,15 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.R
 			}
 		}
 		if n < batch {
+			if !p.DryRun {
+				p.ReportProgress(res.Selected, res.Selected)
+			}
 			return res, nil
+		}
+		if !p.DryRun {
+			// The selection is read a page at a time: the total is not
+			// known before the last page.
+			p.ReportProgress(res.Selected, -1)
 		}
 	}
 }

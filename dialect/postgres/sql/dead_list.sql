@@ -1,9 +1,10 @@
 -- dead_list: dead rows, newest first: topic matching the regular expression
 -- $1 (a translated router pattern; NULL: any), key $2 (NULL: any), updated at
 -- or after $3 (NULL: any) and at or after $5 microseconds before now() on
--- the database clock (NULL: any), at most $4 rows. The last column says
--- whether the row holds its key while later rows wait (always false without
--- hold).
+-- the database clock (NULL: any), at most $4 rows. The last column is the
+-- row's own hold (relay.onDead: hold): held_at set on a keyed row, which
+-- keeps the key's later rows waiting, whether or not any wait yet, until a
+-- replay or `dead release` clears it (always false without hold).
 SELECT d.{{ col "id" }}::text,
        d.{{ col "topic" }},
        {{ if has "key" }}d.{{ col "key" }}{{ else }}NULL::text{{ end }},
@@ -11,12 +12,7 @@ SELECT d.{{ col "id" }}::text,
        {{ if has "lastError" }}d.{{ col "lastError" }}{{ else }}NULL::text{{ end }},
        {{ if has "updatedAt" }}d.{{ col "updatedAt" }}{{ else }}NULL::timestamptz{{ end }},
 {{- if .Hold }}
-       (d.{{ col "heldAt" }} IS NOT NULL AND d.{{ col "key" }} <> '' AND EXISTS (
-           SELECT 1
-           FROM {{ .Table }} AS w
-           WHERE w.{{ col "key" }} = d.{{ col "key" }}
-             AND w.{{ col "state" }} IN ({{ state "pending" }}, {{ state "processing" }})
-             AND w.{{ col "sequence" }} > d.{{ col "sequence" }}))
+       (d.{{ col "heldAt" }} IS NOT NULL AND COALESCE(d.{{ col "key" }}, '') <> '')
 {{- else }}
        false
 {{- end }}

@@ -10,6 +10,16 @@
 -- claim turn first, so that a claim committed just before is seen. Lock
 -- mode has no processing state: there a batch holding a later row of the
 -- key is not seen.
+--
+-- The plan must not depend on the table's statistics (a replay is what an
+-- operator runs after an incident, on a table that autovacuum may not have
+-- analyzed since it filled). As in the claim, the state conditions are
+-- written (...) IS TRUE, which is no index condition: the only way to the
+-- rows is the id, a primary-key probe per id of the batch, never a walk of
+-- every finished row per batch. The keys with a row processing are read
+-- once per statement (an InitPlan over the processing rows), not probed per
+-- row through the key index, whose entries for a key grow with every row
+-- the replay has already moved back to pending.
 UPDATE {{ .Table }} AS o
 SET
 {{- if has "attempt" }}
@@ -41,13 +51,13 @@ SET
 {{- end }}
     {{ col "state" }} = {{ state "pending" }}
 WHERE o.{{ col "id" }} = ANY({{ ids "$2" }})
-  AND o.{{ col "state" }} = $1::text
-  AND o.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})
+  AND (o.{{ col "state" }} = $1::text) IS TRUE
+  AND (o.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})) IS TRUE
 {{- if has "key" }}
   AND (o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = ''
-       OR NOT EXISTS (
-           SELECT 1
+       OR o.{{ col "key" }} <> ALL (ARRAY(
+           SELECT p.{{ col "key" }}
            FROM {{ .Table }} AS p
-           WHERE p.{{ col "key" }} = o.{{ col "key" }}
-             AND p.{{ col "state" }} = {{ state "processing" }}))
+           WHERE p.{{ col "state" }} = {{ state "processing" }}
+             AND p.{{ col "key" }} IS NOT NULL)))
 {{- end }}

@@ -29,15 +29,22 @@ SET
     {{ col "state" }} = {{ state "pending" }}
 FROM {{ .Table }} AS o WITH (ROWLOCK)
 WHERE o.{{ col "id" }} IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j)
-  AND o.{{ col "state" }} = @state
-  AND o.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})
+  -- As on PostgreSQL, the plan must not depend on the table's statistics:
+  -- the state conditions are written as a CASE, which no index can serve, so
+  -- the only way to the rows is the id, one probe per id of the batch, never
+  -- a walk of every finished row per batch; and the keys with a row
+  -- processing are read once per statement through the processing rows, not
+  -- probed per row through the key index, whose entries for a key grow with
+  -- every row the replay has moved back to pending.
+  AND (CASE WHEN o.{{ col "state" }} = @state
+             AND o.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }}) THEN 1 ELSE 0 END) = 1
 {{- if has "key" }}
   -- A keyed row whose key has a row processing is left (as on PostgreSQL:
   -- replayed now it would be its key's head while that row is out).
   AND (o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = N''
-       OR NOT EXISTS (
-           SELECT 1
+       OR o.{{ col "key" }} NOT IN (
+           SELECT p.{{ col "key" }}
            FROM {{ .Table }} AS p
-           WHERE p.{{ col "key" }} = o.{{ col "key" }}
-             AND p.{{ col "state" }} = {{ state "processing" }}))
+           WHERE p.{{ col "state" }} = {{ state "processing" }}
+             AND p.{{ col "key" }} IS NOT NULL))
 {{- end }};

@@ -19,13 +19,20 @@ SET
     [select] = N'pending'
 FROM [order] AS o WITH (ROWLOCK)
 WHERE o.[id] IN (SELECT j.item_id FROM OPENJSON(@ids) WITH (item_id UNIQUEIDENTIFIER '$') AS j)
-  AND o.[select] = @state
-  AND o.[select] IN (N'it''s dead', N'sent')
+  -- As on PostgreSQL, the plan must not depend on the table's statistics:
+  -- the state conditions are written as a CASE, which no index can serve, so
+  -- the only way to the rows is the id, one probe per id of the batch, never
+  -- a walk of every finished row per batch; and the keys with a row
+  -- processing are read once per statement through the processing rows, not
+  -- probed per row through the key index, whose entries for a key grow with
+  -- every row the replay has moved back to pending.
+  AND (CASE WHEN o.[select] = @state
+             AND o.[select] IN (N'it''s dead', N'sent') THEN 1 ELSE 0 END) = 1
   -- A keyed row whose key has a row processing is left (as on PostgreSQL:
   -- replayed now it would be its key's head while that row is out).
   AND (o.[key] IS NULL OR o.[key] = N''
-       OR NOT EXISTS (
-           SELECT 1
+       OR o.[key] NOT IN (
+           SELECT p.[key]
            FROM [order] AS p
-           WHERE p.[key] = o.[key]
-             AND p.[select] = N'processing'));
+           WHERE p.[select] = N'processing'
+             AND p.[key] IS NOT NULL));
