@@ -290,6 +290,11 @@ func (d *Destination) setAuth(a *Auth) error {
 // are not followed (a 3xx is a failure that names its Location).
 func newClient(o Options) (*http.Transport, *http.Client) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep a connection per request in flight: the default's 100 idle
+	// connections in all would close the rest after each answer, and a
+	// receiver served at a few hundred requests at once would pay a new
+	// connection for most of them.
+	tr.MaxIdleConns = 0
 	tr.MaxIdleConnsPerHost = o.Concurrency
 	tr.MaxConnsPerHost = 0
 	if o.TLS != nil {
