@@ -19,7 +19,7 @@ func newBenchCmd(_ *globalFlags) *cobra.Command {
 	var (
 		replicas string
 		cases    string
-		output   string
+		output   outputFormat
 		quick    bool
 	)
 	cmd := &cobra.Command{
@@ -34,9 +34,6 @@ load with and without wake on commit, CPU per 10,000 rows, peak RSS and the
 idle cost of a replica.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "table" && output != "json" {
-				return usagef("--output must be table or json, got %q", output)
-			}
 			var err error
 			if o.Replicas, err = parseInts(replicas); err != nil {
 				return usagef("--replicas: %v", err)
@@ -55,7 +52,7 @@ idle cost of a replica.`,
 			if err != nil {
 				return err
 			}
-			if output == "json" {
+			if output.json() {
 				err = rep.WriteJSON(cmd.OutOrStdout())
 			} else {
 				err = rep.WriteTable(cmd.OutOrStdout())
@@ -93,7 +90,7 @@ idle cost of a replica.`,
 	f.DurationVar(&o.IdleWindow, "idle-window", o.IdleWindow, "idle cost measurement window")
 	f.StringVar(&o.ProfileDir, "cpu-profile", "", "directory for a CPU profile of the first relay replica of every drain (<case>-x<replicas>.pprof, via server.pprof); read with go tool pprof")
 	f.BoolVar(&quick, "quick", false, "a smoke run: 5,000 rows, 100 keys, 3s latency and idle windows (explicit flags win)")
-	f.StringVarP(&output, "output", "o", "table", "table or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -84,13 +82,6 @@ func (b timeBound) String() string {
 	return fmtTime(b.at)
 }
 
-func checkOutput(v string) error {
-	if v != "table" && v != "json" {
-		return usagef("--output %q: want table or json", v)
-	}
-	return nil
-}
-
 func checkTopicPattern(p string) error {
 	if p == "" {
 		return nil
@@ -105,7 +96,7 @@ func newDeadCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dead",
 		Short: "List dead rows and release held keys",
-		Args:  noArgs,
+		Args:  unknownCommand,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usagef("dead needs a subcommand: list or release")
 		},
@@ -131,26 +122,26 @@ type deadRowJSON struct {
 
 func newDeadListCmd(g *globalFlags) *cobra.Command {
 	var (
-		topic, key, since, output string
-		limit                     int
+		topic, key, since string
+		limit             int
+		output            outputFormat
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List dead rows, newest first",
 		Long: `list shows dead rows, newest first: id, topic, key, attempt, last_error (on one
-line, truncated in the table), updated_at (when the row died) and held (the
-row holds its key while later rows wait, relay.onDead: hold).
+line, truncated in the text table), updated_at (when the row died) and held
+(the row holds its key, relay.onDead: hold: the key's later rows wait for it
+until it is replayed or released).
 
---output json prints an array of objects with the fields id, topic, key,
-attempt, lastError (complete), updatedAt (RFC 3339; absent, and "-" in the table,
-when the table has no updatedAt column) and held.`,
+-o json prints an array of objects with the fields id, topic, key, attempt,
+lastError (complete), updatedAt (RFC 3339; absent, and "-" in the table, when
+the table has no updatedAt column) and held. A long listing shows its
+progress on stderr.`,
 		Example: `  queuebox dead list --topic 'order.**' --since 24h
-  queuebox dead list --key customer-42 --output json`,
+  queuebox dead list --key customer-42 -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
 			if limit <= 0 {
 				return usagef("--limit %d: want a positive number", limit)
 			}
@@ -166,23 +157,18 @@ when the table has no updatedAt column) and held.`,
 				return err
 			}
 			defer odb.close()
-			rows, err := odb.in.DeadList(cmd.Context(), dialect.DeadListParams{TopicPattern: topic, Key: key, Since: sinceB.at, SinceAgo: sinceB.ago, Limit: limit})
+			prog := newProgress(g, cmd.ErrOrStderr(), "dead list", "rows", int64(limit))
+			rows, err := odb.in.DeadList(cmd.Context(), dialect.DeadListParams{TopicPattern: topic, Key: key, Since: sinceB.at, SinceAgo: sinceB.ago, Limit: limit,
+				Progress: func(n int) { prog.Set(int64(n), int64(limit)) }})
+			prog.Set(int64(len(rows)), int64(len(rows)))
+			prog.Finish()
 			if err != nil {
 				return fmt.Errorf("dead list: %w", err)
 			}
-			out := cmd.OutOrStdout()
-			if output == "json" {
-				js := make([]deadRowJSON, len(rows))
-				for i, r := range rows {
-					js[i] = deadRowJSON{ID: r.ID, Topic: r.Topic, Key: r.Key, Attempt: r.Attempt, LastError: r.LastError, Held: r.Held}
-					if !r.UpdatedAt.IsZero() {
-						t := r.UpdatedAt.UTC()
-						js[i].UpdatedAt = &t
-					}
-				}
-				return printJSON(out, js)
+			if output.json() {
+				return printJSON(cmd.OutOrStdout(), deadRowsJSON(rows))
 			}
-			return printDeadTable(out, rows)
+			return printDeadTable(cmd.OutOrStdout(), rows)
 		},
 	}
 	f := cmd.Flags()
@@ -190,8 +176,21 @@ when the table has no updatedAt column) and held.`,
 	f.StringVar(&key, "key", "", "exact key")
 	f.StringVar(&since, "since", "", "died at or after: RFC 3339 time, or a duration ago on the database clock (24h)")
 	f.IntVar(&limit, "limit", 50, "the most rows to list")
-	f.StringVarP(&output, "output", "o", "table", "table or json")
+	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+// deadRowsJSON is rows as `dead list -o json` prints them.
+func deadRowsJSON(rows []dialect.DeadRow) []deadRowJSON {
+	js := make([]deadRowJSON, len(rows))
+	for i, r := range rows {
+		js[i] = deadRowJSON{ID: r.ID, Topic: r.Topic, Key: r.Key, Attempt: r.Attempt, LastError: r.LastError, Held: r.Held}
+		if !r.UpdatedAt.IsZero() {
+			t := r.UpdatedAt.UTC()
+			js[i].UpdatedAt = &t
+		}
+	}
+	return js
 }
 
 // maxErrorWidth is the width of the last_error column of the table.
@@ -244,14 +243,17 @@ func oneLine(s string, width int) string {
 	return strings.TrimRight(b.String(), " ")
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// deadReleaseJSON is what `dead release -o json` prints.
+type deadReleaseJSON struct {
+	Key      string `json:"key"`
+	Released int64  `json:"released"` // dead rows whose hold was cleared
 }
 
 func newDeadReleaseCmd(g *globalFlags) *cobra.Command {
-	var key string
+	var (
+		key    string
+		output outputFormat
+	)
 	cmd := &cobra.Command{
 		Use:   "release",
 		Short: "Let the later rows of a held key flow; its dead rows stay dead",
@@ -259,7 +261,10 @@ func newDeadReleaseCmd(g *globalFlags) *cobra.Command {
 key's later rows are delivered from the next claim on, while the dead rows
 stay dead and can still be listed and replayed. A replayed row keeps its
 sequence, so it is delivered as soon as possible, after rows of the key
-already in flight.`,
+already in flight.
+
+A key that no dead row holds is an error (exit 1): nothing was released.
+-o json prints {"key", "released"} either way.`,
 		Example: `  queuebox dead release --key customer-42`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -273,7 +278,7 @@ already in flight.`,
 			defer odb.close()
 			rel, ok := odb.db.(dialect.KeyReleaser)
 			if !ok {
-				return errors.New("this database type cannot hold keys")
+				return fmt.Errorf("database.type %s cannot hold keys (relay.onDead: hold is PostgreSQL only): nothing to release", odb.cfg.Database.Type)
 			}
 			log, err := newLogger(cmd.ErrOrStderr(), g, odb.cfg)
 			if err != nil {
@@ -284,14 +289,30 @@ already in flight.`,
 				return fmt.Errorf("dead release: %w", err)
 			}
 			log.Info("dead release", "key", key, "rows", n)
-			if n == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "key %q is not held by any dead row\n", key)
-				return nil
+			out := cmd.OutOrStdout()
+			switch {
+			case output.json():
+				err = printJSON(out, deadReleaseJSON{Key: key, Released: n})
+			case n > 0:
+				_, err = fmt.Fprintf(out, "released key %q: %d dead rows no longer hold it\n", key, n)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "released key %q: %d dead rows no longer hold it\n", key, n)
-			return nil
+			if err == nil && n == 0 {
+				return notHeld(odb.cfg.Relay.OnDead, key)
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&key, "key", "", "the held key (required)")
+	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+// notHeld is the error of a release that released nothing, with the likely
+// reason.
+func notHeld(onDead, key string) error {
+	why := "its dead rows were replayed or released already, or it has none (queuebox dead list --key shows them)"
+	if onDead != "hold" {
+		why = "relay.onDead is " + onDead + ", so no dead row holds its key; only rows that died under relay.onDead: hold do"
+	}
+	return fmt.Errorf("key %q is not held by any dead row, nothing released: %s", key, why)
 }

@@ -44,6 +44,8 @@ type demoOptions struct {
 	rate        int
 	refuseEvery int
 	timeout     time.Duration
+	keep        bool
+	output      outputFormat
 }
 
 func newDemoCmd(g *globalFlags) *cobra.Command {
@@ -58,13 +60,17 @@ outbox table, writes order events across many keys (half before the relay
 starts, the rest while it runs), relays them with the same engine as
 'queuebox run', and verifies what arrived: every message once per id, none
 lost, order per key held. The webhook refuses some first deliveries with 503
-so that retries show. Exit status 1 when a check fails.`,
+so that retries show. It drops the schema at the end, unless --keep.
+
+Progress goes to stderr, the verification to stdout (-o json: {"ok",
+"checks": [{"ok", "check"}], "rows", "keys", "seconds", "schema",
+"schemaKept"}). Exit status 1 when a check fails.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.rows <= 0 || o.keys <= 0 || o.rate <= 0 {
 				return usagef("--rows, --keys and --rate must be positive")
 			}
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), g, o)
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), g, o)
 		},
 	}
 	f := cmd.Flags()
@@ -74,6 +80,8 @@ so that retries show. Exit status 1 when a check fails.`,
 	f.IntVar(&o.rate, "rate", 1000, "rows per second written while the relay runs (the second half)")
 	f.IntVar(&o.refuseEvery, "refuse-every", 20, "the webhook refuses every Nth first delivery with 503 (0: never)")
 	f.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up after this long")
+	f.BoolVar(&o.keep, "keep", false, "keep the schema "+demoSchema+" and its rows at the end, to look at them")
+	addOutputFlag(cmd, &o.output)
 	return cmd
 }
 
@@ -98,40 +106,59 @@ type demoReceipt struct {
 	Attempt string
 }
 
-func runDemo(ctx context.Context, out io.Writer, g *globalFlags, o demoOptions) error {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+// demoEnv is what the demo runs against: an embedded JetStream server and
+// a webhook receiver.
+type demoEnv struct {
+	ns   *server.Server
+	hook *demoWebhook
+	addr string // the webhook's host:port
+	stop []func()
+}
 
-	// 1. An embedded JetStream server.
+func (e *demoEnv) close() {
+	for i := len(e.stop) - 1; i >= 0; i-- {
+		e.stop[i]()
+	}
+}
+
+// startDemoEnv starts the embedded NATS JetStream server and the webhook
+// receiver; close stops them.
+func startDemoEnv(o demoOptions, say func(string, ...any)) (*demoEnv, error) {
+	env := &demoEnv{hook: &demoWebhook{refuseEvery: o.refuseEvery}}
 	storeDir, err := os.MkdirTemp("", "queuebox-demo-nats-")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.RemoveAll(storeDir)
+	env.stop = append(env.stop, func() { _ = os.RemoveAll(storeDir) })
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: storeDir, NoLog: true, NoSigs: true})
 	if err != nil {
-		return fmt.Errorf("starting the embedded NATS server: %w", err)
+		env.close()
+		return nil, fmt.Errorf("starting the embedded NATS server: %w", err)
 	}
 	go ns.Start()
-	defer ns.Shutdown()
+	env.ns = ns
+	env.stop = append(env.stop, ns.Shutdown)
 	if !ns.ReadyForConnections(10 * time.Second) {
-		return errors.New("the embedded NATS server did not start within 10s")
+		env.close()
+		return nil, errors.New("the embedded NATS server did not start within 10s")
 	}
 	say("• embedded NATS JetStream at %s", ns.ClientURL())
-
-	// 2. A webhook receiver.
-	hook := &demoWebhook{refuseEvery: o.refuseEvery}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		env.close()
+		return nil, err
 	}
-	hsrv := &http.Server{Handler: hook, ReadHeaderTimeout: 5 * time.Second}
+	hsrv := &http.Server{Handler: env.hook, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hsrv.Serve(ln) }()
-	defer hsrv.Close()
-	say("• webhook receiver at http://%s/hooks/", ln.Addr())
+	env.addr = ln.Addr().String()
+	env.stop = append(env.stop, func() { _ = hsrv.Close() })
+	say("• webhook receiver at http://%s/hooks/", env.addr)
+	return env, nil
+}
 
-	// 3. The configuration, in the same YAML format as 'queuebox run'.
+// demoConfig is the demo's configuration, in the same YAML format as
+// 'queuebox run'.
+func demoConfig(o demoOptions, env *demoEnv) (*config.Config, error) {
 	yml := fmt.Sprintf(`database:
   type: postgresql
   url: %q
@@ -160,74 +187,140 @@ routes:
     destination: orders
   - topicPattern: "shipment.*"
     destination: webhooks
-`, o.databaseURL, demoSchema, ns.ClientURL(), ln.Addr())
+`, o.databaseURL, demoSchema, env.ns.ClientURL(), env.addr)
 	cfg, err := config.Parse([]byte(yml), nil)
 	if err != nil {
-		return fmt.Errorf("demo config: %w", err)
+		return nil, fmt.Errorf("demo config: %w", err)
+	}
+	return cfg, nil
+}
+
+func runDemo(ctx context.Context, out, progress io.Writer, g *globalFlags, o demoOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	say := func(format string, args ...any) { fmt.Fprintf(progress, format+"\n", args...) }
+	env, err := startDemoEnv(o, say)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	cfg, err := demoConfig(o, env)
+	if err != nil {
+		return err
 	}
 	say("• routes: order.* -> JetStream stream DEMO (subject demo.<topic>), shipment.* -> webhook")
-
-	// 4. A fresh schema with the outbox table.
-	pool, err := openPostgres(ctx, cfg)
+	pool, err := freshDemoSchema(ctx, cfg, say)
 	if err != nil {
-		return fmt.Errorf("%w\n  the demo needs a PostgreSQL: set DATABASE_URL, or start one on 127.0.0.1:5432", err)
+		return err
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{demoSchema}.Sanitize()+" CASCADE"); err != nil {
-		return fmt.Errorf("dropping the previous demo schema: %w", err)
+	if !o.keep {
+		defer dropDemoSchema(ctx, pool, say)
 	}
-	if err := migrate(ctx, io.Discard, cfg, "up"); err != nil {
-		return err
-	}
-	say("• migrated the outbox table into schema %s", demoSchema)
-
-	// 5. The events: per key, a run of topics in order.
 	events := demoEvents(o.rows, o.keys)
-	half := len(events) / 2
-	if err := insertEvents(ctx, pool, events[:half]); err != nil {
-		return err
-	}
-	say("• wrote %d events across %d keys; starting the relay and writing %d more at %d rows/s", half, o.keys, len(events)-half, o.rate)
-
-	// 6. The relay: the same runtime as 'queuebox run'.
-	log, err := newLogger(os.Stderr, &globalFlags{logLevel: firstNonEmpty(g.logLevel, "error"), logFormat: g.logFormat}, cfg)
+	elapsed, err := relayDemo(ctx, g, o, cfg, pool, events, say)
 	if err != nil {
 		return err
+	}
+	say("• verifying")
+	rep, err := verifyDemo(ctx, pool, env, events, elapsed)
+	if err != nil {
+		return err
+	}
+	rep.Schema, rep.SchemaKept = demoSchema, o.keep
+	if o.output.json() {
+		err = printJSON(out, rep)
+	} else {
+		err = rep.print(out, o.databaseURL)
+	}
+	if err == nil && !rep.OK {
+		err = fmt.Errorf("demo: %d check(s) failed", rep.failed())
+	}
+	return err
+}
+
+// freshDemoSchema drops what an earlier demo left and migrates the outbox
+// table into the demo's schema.
+func freshDemoSchema(ctx context.Context, cfg *config.Config, say func(string, ...any)) (*pgxpool.Pool, error) {
+	pool, err := openPostgres(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w\n  the demo needs a PostgreSQL: set DATABASE_URL, or start one on 127.0.0.1:5432", err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{demoSchema}.Sanitize()+" CASCADE"); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("dropping the previous demo schema: %w", err)
+	}
+	if _, err := migrate(ctx, cfg, "up", nil); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	say("• migrated the outbox table into schema %s", demoSchema)
+	return pool, nil
+}
+
+// dropDemoSchema drops the demo's schema, also after a failure or an
+// interrupt (within a few seconds of its own).
+func dropDemoSchema(ctx context.Context, pool *pgxpool.Pool, say func(string, ...any)) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(dctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{demoSchema}.Sanitize()+" CASCADE"); err != nil {
+		say("• could not drop schema %s: %v (drop it with: DROP SCHEMA %s CASCADE)", demoSchema, err, demoSchema)
+		return
+	}
+	say("• dropped schema %s (--keep keeps it)", demoSchema)
+}
+
+// relayDemo writes half the events, starts the relay (the same runtime as
+// 'queuebox run'), writes the rest at o.rate and waits until every row is
+// sent or dead. It returns how long the relay took.
+func relayDemo(ctx context.Context, g *globalFlags, o demoOptions, cfg *config.Config, pool *pgxpool.Pool, events []demoEvent, say func(string, ...any)) (time.Duration, error) {
+	half := len(events) / 2
+	if err := insertEvents(ctx, pool, events[:half]); err != nil {
+		return 0, err
+	}
+	say("• wrote %d events across %d keys; starting the relay and writing %d more at %d rows/s", half, o.keys, len(events)-half, o.rate)
+	log, err := newLogger(os.Stderr, &globalFlags{logLevel: firstNonEmpty(g.logLevel, "error"), logFormat: g.logFormat}, cfg)
+	if err != nil {
+		return 0, err
 	}
 	rt, err := newRuntime(ctx, cfg, log)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer rt.Close()
 	runCtx, stopRelay := context.WithCancel(ctx)
-	defer stopRelay()
 	relayDone := make(chan error, 1)
 	start := time.Now()
 	go func() { relayDone <- rt.engine.Run(runCtx) }()
-
 	writeDone := make(chan error, 1)
 	go func() { writeDone <- insertPaced(ctx, pool, events[half:], o.rate) }()
+	err = waitDemoDrained(ctx, pool, len(events), start, writeDone, say)
+	elapsed := time.Since(start)
+	stopRelay()
+	<-relayDone
+	if errors.Is(err, context.DeadlineExceeded) {
+		return 0, fmt.Errorf("the demo did not finish within %v", o.timeout)
+	}
+	return elapsed, err
+}
 
-	// 7. Progress until everything written is sent (or dead).
+// waitDemoDrained prints the table's counts every half second until the
+// writer is done and nothing is pending or processing.
+func waitDemoDrained(ctx context.Context, pool *pgxpool.Pool, total int, start time.Time, writeDone chan error, say func(string, ...any)) error {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	var writing = true
+	writing := true
 	var lastSent int64
 	lastAt := start
 	for {
 		select {
 		case <-ctx.Done():
-			stopRelay()
-			<-relayDone
-			return fmt.Errorf("the demo did not finish within %v", o.timeout)
+			return ctx.Err()
 		case err := <-writeDone:
 			if err != nil {
-				stopRelay()
-				<-relayDone
 				return fmt.Errorf("writing events: %w", err)
 			}
-			writing = false
-			writeDone = nil
+			writing, writeDone = false, nil
 			continue
 		case <-tick.C:
 		}
@@ -239,28 +332,11 @@ routes:
 		rate := float64(c["sent"]-lastSent) / now.Sub(lastAt).Seconds()
 		lastSent, lastAt = c["sent"], now
 		say("  %5.1fs  sent %6d/%d  pending %5d  processing %4d  dead %d  %7.0f rows/s",
-			now.Sub(start).Seconds(), c["sent"], len(events), c["pending"], c["processing"], c["dead"], rate)
+			now.Sub(start).Seconds(), c["sent"], total, c["pending"], c["processing"], c["dead"], rate)
 		if !writing && c["pending"] == 0 && c["processing"] == 0 {
-			break
+			return nil
 		}
 	}
-	elapsed := time.Since(start)
-	stopRelay()
-	<-relayDone
-
-	// 8. Verify.
-	say("")
-	say("Verifying…")
-	problems, err := verifyDemo(ctx, out, pool, ns.ClientURL(), hook, events, elapsed)
-	if err != nil {
-		return err
-	}
-	if problems > 0 {
-		return fmt.Errorf("demo: %d check(s) failed", problems)
-	}
-	say("")
-	say("All checks passed. Try it yourself: psql %s -c 'SELECT state, count(*) FROM %s.outbox GROUP BY 1'", redactURL(o.databaseURL), demoSchema)
-	return nil
 }
 
 func firstNonEmpty(a, b string) string {
@@ -392,126 +468,178 @@ func (h *demoWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// verifyDemo checks the table and both receivers, prints the summary and
-// returns the number of failed checks.
-func verifyDemo(ctx context.Context, out io.Writer, pool *pgxpool.Pool, natsURL string, hook *demoWebhook, events []demoEvent, elapsed time.Duration) (int, error) {
-	problems := 0
-	check := func(ok bool, format string, args ...any) {
-		mark := "ok  "
-		if !ok {
-			mark = "FAIL"
-			problems++
-		}
-		fmt.Fprintf(out, "  %s %s\n", mark, fmt.Sprintf(format, args...))
-	}
+// demoReport is the demo's verification: what `demo` prints on stdout
+// (-o json: this document).
+type demoReport struct {
+	OK         bool        `json:"ok"`
+	Checks     []demoCheck `json:"checks"`
+	Rows       int         `json:"rows"`
+	Keys       int         `json:"keys"`
+	Seconds    float64     `json:"seconds"` // from the relay's start until every row was sent
+	Schema     string      `json:"schema"`
+	SchemaKept bool        `json:"schemaKept"`
+}
 
-	// The table: every row sent.
+type demoCheck struct {
+	OK    bool   `json:"ok"`
+	Check string `json:"check"`
+}
+
+func (r *demoReport) check(ok bool, format string, args ...any) {
+	r.Checks = append(r.Checks, demoCheck{OK: ok, Check: fmt.Sprintf(format, args...)})
+}
+
+func (r *demoReport) failed() int {
+	n := 0
+	for _, c := range r.Checks {
+		if !c.OK {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *demoReport) print(w io.Writer, databaseURL string) error {
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s %s\n", mark, c.Check)
+	}
+	fmt.Fprintf(w, "\n  %d events over %d keys relayed in %.1fs (%.0f rows/s overall, writes paced)\n",
+		r.Rows, r.Keys, r.Seconds, float64(r.Rows)/r.Seconds)
+	if !r.OK {
+		return nil
+	}
+	if r.SchemaKept {
+		_, err := fmt.Fprintf(w, "\nAll checks passed. Try it yourself: psql %s -c 'SELECT state, count(*) FROM %s.outbox GROUP BY 1'\n", redactURL(databaseURL), r.Schema)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nAll checks passed. The schema %s is dropped; run with --keep to look at its rows.\n", r.Schema)
+	return err
+}
+
+// demoRow is a row of the demo's table, by id.
+type demoRow struct{ topic, key string }
+
+// verifyDemo checks the table and both receivers.
+func verifyDemo(ctx context.Context, pool *pgxpool.Pool, env *demoEnv, events []demoEvent, elapsed time.Duration) (*demoReport, error) {
+	rep := &demoReport{Rows: len(events), Seconds: elapsed.Seconds()}
 	c, err := demoCounts(ctx, pool)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	check(c["sent"] == int64(len(events)), "table: %d of %d rows sent (pending %d, processing %d, dead %d)",
+	rep.check(c["sent"] == int64(len(events)), "table: %d of %d rows sent (pending %d, processing %d, dead %d)",
 		c["sent"], len(events), c["pending"], c["processing"], c["dead"])
+	want, err := demoRows(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	natsGot, err := readDemoStream(ctx, env.ns.ClientURL())
+	if err != nil {
+		return nil, err
+	}
+	checkDemoReceipts(rep, "JetStream", "order.", natsGot, want, "")
+	env.hook.mu.Lock()
+	accepted := append([]demoReceipt(nil), env.hook.accepted...)
+	refused := env.hook.refused
+	env.hook.mu.Unlock()
+	checkDemoReceipts(rep, "webhook", "shipment.", accepted, want,
+		fmt.Sprintf(" (%d deliveries, %d first deliveries refused with 503 and retried)", len(accepted), refused))
+	rep.Keys = len(natsKeys0(natsGot, accepted))
+	rep.OK = rep.failed() == 0
+	return rep, nil
+}
 
-	type row struct{ topic, key string }
-	want := map[string]row{}
+// demoRows reads the demo table's rows by id.
+func demoRows(ctx context.Context, pool *pgxpool.Pool) (map[string]demoRow, error) {
+	want := map[string]demoRow{}
 	rows, err := pool.Query(ctx, `SELECT id::text, topic, key FROM `+demoSchema+`.outbox`)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for rows.Next() {
 		var id string
-		var r row
+		var r demoRow
 		if err := rows.Scan(&id, &r.topic, &r.key); err != nil {
-			return 0, err
+			return nil, err
 		}
 		want[id] = r
 	}
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	wantNATS, wantHook := 0, 0
+	return want, rows.Err()
+}
+
+// checkDemoReceipts checks what one receiver got against the rows whose
+// topic starts with prefix: each once, with its row's id and key, in order
+// per key. retries, when not "", describes the retries the receiver saw
+// (the webhook): its deliveries then count each id once.
+func checkDemoReceipts(rep *demoReport, who, prefix string, got []demoReceipt, want map[string]demoRow, retries string) {
+	wanted := 0
 	for _, r := range want {
-		if strings.HasPrefix(r.topic, "order.") {
-			wantNATS++
-		} else {
-			wantHook++
+		if strings.HasPrefix(r.topic, prefix) {
+			wanted++
 		}
 	}
+	ids := map[string]int{}
+	mismatch := 0
+	for _, r := range got {
+		ids[r.ID]++
+		if w, ok := want[r.ID]; !ok || w.key != r.Key || !strings.HasPrefix(w.topic, prefix) {
+			mismatch++
+		}
+	}
+	if retries != "" {
+		rep.check(len(ids) == wanted && mismatch == 0, "%s: %d of %d %s* rows accepted%s", who, len(ids), wanted, prefix, retries)
+	} else {
+		rep.check(len(got) == wanted && len(ids) == wanted && mismatch == 0,
+			"%s: %d messages for %d %s* rows, %d distinct Nats-Msg-Id, each the id of its row", who, len(got), wanted, prefix, len(ids))
+	}
+	keys, bad := inOrder(got)
+	rep.check(bad == 0, "%s: order per key held for %d keys (%d out of order)", who, keys, bad)
+}
 
-	// JetStream: read the whole stream back.
+// readDemoStream reads the whole DEMO stream back.
+func readDemoStream(ctx context.Context, natsURL string) ([]demoReceipt, error) {
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	stream, err := js.Stream(ctx, "DEMO")
 	if err != nil {
-		return 0, fmt.Errorf("reading the DEMO stream: %w", err)
+		return nil, fmt.Errorf("reading the DEMO stream: %w", err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var natsGot []demoReceipt
-	for len(natsGot) < int(info.State.Msgs) {
+	var got []demoReceipt
+	for len(got) < int(info.State.Msgs) {
 		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		n := 0
 		for m := range batch.Messages() {
 			var e demoEvent
 			_ = json.Unmarshal(m.Data(), &e)
-			natsGot = append(natsGot, demoReceipt{ID: m.Headers().Get("Nats-Msg-Id"), Key: m.Headers().Get("X-Message-Key"), N: e.N})
+			got = append(got, demoReceipt{ID: m.Headers().Get("Nats-Msg-Id"), Key: m.Headers().Get("X-Message-Key"), N: e.N})
 			n++
 		}
 		if n == 0 {
 			break
 		}
 	}
-	natsIDs := map[string]int{}
-	idMismatch := 0
-	for _, r := range natsGot {
-		natsIDs[r.ID]++
-		if w, ok := want[r.ID]; !ok || w.key != r.Key || !strings.HasPrefix(w.topic, "order.") {
-			idMismatch++
-		}
-	}
-	check(len(natsGot) == wantNATS && len(natsIDs) == wantNATS && idMismatch == 0,
-		"JetStream: %d messages for %d order.* rows, %d distinct Nats-Msg-Id, each the id of its row", len(natsGot), wantNATS, len(natsIDs))
-	natsKeys, natsBad := inOrder(natsGot)
-	check(natsBad == 0, "JetStream: order per key held for %d keys (%d out of order)", natsKeys, natsBad)
-
-	hook.mu.Lock()
-	accepted := append([]demoReceipt(nil), hook.accepted...)
-	refused := hook.refused
-	hook.mu.Unlock()
-	hookIDs := map[string]int{}
-	hookMismatch := 0
-	for _, r := range accepted {
-		hookIDs[r.ID]++
-		if w, ok := want[r.ID]; !ok || w.key != r.Key || !strings.HasPrefix(w.topic, "shipment.") {
-			hookMismatch++
-		}
-	}
-	check(len(hookIDs) == wantHook && hookMismatch == 0,
-		"webhook: %d of %d shipment.* rows accepted (%d deliveries, %d first deliveries refused with 503 and retried)",
-		len(hookIDs), wantHook, len(accepted), refused)
-	hookKeys, hookBad := inOrder(accepted)
-	check(hookBad == 0, "webhook: order per key held for %d keys (%d out of order)", hookKeys, hookBad)
-
-	fmt.Fprintf(out, "\n  %d events over %d keys relayed in %.1fs (%.0f rows/s overall, writes paced)\n",
-		len(events), len(natsKeys0(natsGot, accepted)), elapsed.Seconds(), float64(len(events))/elapsed.Seconds())
-	return problems, nil
+	return got, nil
 }
 
 // inOrder counts the keys in receipts and the receipts whose number is not

@@ -13,8 +13,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/queuebox/queuebox/suggest"
 )
 
 // usageError is a mistake in the command line itself (exit status 2).
@@ -54,9 +57,13 @@ func execute(ctx context.Context, args []string) int {
 
 // globalFlags are the flags every command takes.
 type globalFlags struct {
-	config    string
-	logFormat string
-	logLevel  string
+	config     string
+	logFormat  string
+	logLevel   string
+	noProgress bool
+	// progressEvery is the interval of the plain progress lines (hidden
+	// flag --progress-interval; tests shorten it).
+	progressEvery time.Duration
 }
 
 func newRootCmd() *cobra.Command {
@@ -66,12 +73,7 @@ func newRootCmd() *cobra.Command {
 		Short:         "Relay transactional-outbox rows to NATS JetStream, Kafka, RabbitMQ and HTTP webhooks",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
-			}
-			return nil
-		},
+		Args:          unknownCommand,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usagef("a command is required")
 		},
@@ -81,6 +83,9 @@ func newRootCmd() *cobra.Command {
 	pf.StringVarP(&g.config, "config", "c", os.Getenv("QUEUEBOX_CONFIG"), "configuration file (env QUEUEBOX_CONFIG)")
 	pf.StringVar(&g.logFormat, "log-format", os.Getenv("QUEUEBOX_LOG_FORMAT"), "log format: text or json (env QUEUEBOX_LOG_FORMAT; default from config, else text)")
 	pf.StringVar(&g.logLevel, "log-level", os.Getenv("QUEUEBOX_LOG_LEVEL"), "log level: debug, info, warn, error (env QUEUEBOX_LOG_LEVEL; default from config, else info)")
+	pf.BoolVar(&g.noProgress, "no-progress", false, "no progress on stderr for long operations (replay, migrate, dead list, bench)")
+	pf.DurationVar(&g.progressEvery, "progress-interval", time.Second, "interval of the plain progress lines written when stderr is not a terminal")
+	_ = pf.MarkHidden("progress-interval")
 
 	root.AddCommand(
 		newRunCmd(g),
@@ -98,6 +103,22 @@ func newRootCmd() *cobra.Command {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	}
 	return root
+}
+
+// unknownCommand refuses arguments where a subcommand was expected, with
+// the nearest command's name when the word looks like a typo of one.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+			names = append(names, c.Aliases...)
+		}
+	}
+	return usagef("unknown command %q for %q%s", args[0], cmd.CommandPath(), suggest.DidYouMean(args[0], names))
 }
 
 // noArgs is cobra.NoArgs returning a usage error.

@@ -48,7 +48,7 @@ type heldKeyJSON struct {
 
 func newStatsCmd(g *globalFlags) *cobra.Command {
 	var (
-		output    string
+		output    outputFormat
 		top, held int
 		relayAddr string
 	)
@@ -60,7 +60,7 @@ database clock), the pending backlog of the --top topics with the most pending
 rows, and the keys held by a dead row (relay.onDead: hold) with how many rows
 wait behind it.
 
---output json prints {"states": {"pending": n, "processing": n, "sent": n,
+-o json prints {"states": {"pending": n, "processing": n, "sent": n,
 "dead": n}, "oldestPendingAgeSeconds": s, "backlog": [{"topic", "pending",
 "oldestPendingAgeSeconds"}], "heldKeys": [{"key", "deadId", "waiting"}],
 "oldestProcessingAgeSeconds": s, "expiredLeases": n,
@@ -75,12 +75,9 @@ The circuit breakers live in each relay process, not in the table: stats asks
 the relay at server.listen of the config (or --relay host:port) for them, and
 leaves them out when none answers within a second.`,
 		Example: `  queuebox stats
-  queuebox stats --output json | jq .oldestPendingAgeSeconds`,
+  queuebox stats -o json | jq .oldestPendingAgeSeconds`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
 			if top < 0 || held < 0 {
 				return usagef("--top and --held-keys must not be negative")
 			}
@@ -113,14 +110,14 @@ leaves them out when none answers within a second.`,
 				relayAddr = odb.cfg.Server.Listen
 			}
 			js.Circuits = relayCircuits(cmd.Context(), relayAddr)
-			if output == "json" {
+			if output.json() {
 				return printJSON(cmd.OutOrStdout(), js)
 			}
 			return printStats(cmd.OutOrStdout(), js, odb.cfg.Relay.OnDead == "hold", odb.cfg.Relay.ReapInterval.D())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&output, "output", "o", "table", "table or json")
+	addOutputFlag(cmd, &output)
 	f.IntVar(&top, "top", 10, "topics to list in the backlog")
 	f.IntVar(&held, "held-keys", 20, "held keys to list")
 	f.StringVar(&relayAddr, "relay", "", "host:port of a running relay's management server to ask for circuit states (default: server.listen)")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -93,7 +92,7 @@ func readBuildInfo(version, revision, date string, bi *debug.BuildInfo) buildInf
 }
 
 func newVersionCmd() *cobra.Command {
-	var output string
+	var output outputFormat
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, revision, build date and Go version",
@@ -105,15 +104,10 @@ install) reads what Go recorded: the module version, the commit (with
 -o json prints {"version", "revision", "buildDate", "goVersion", "platform"}.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "text" && output != "json" {
-				return usagef("--output must be text or json, got %q", output)
-			}
 			b := currentBuild()
 			out := cmd.OutOrStdout()
-			if output == "json" {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(b)
+			if output.json() {
+				return printJSON(out, b)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', 0)
 			fmt.Fprintf(tw, "queuebox %s\n", b.Version)
@@ -124,6 +118,6 @@ install) reads what Go recorded: the module version, the commit (with
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
