@@ -181,7 +181,7 @@ func (r *tableCheck) readColumns(ctx context.Context) error {
 }
 
 func (r *tableCheck) missingTable() {
-	fix := "queuebox migrate --config <file>"
+	fix := "create it with queuebox migrate up (with the same --config)"
 	if r.m.TableName() != dialect.DefaultTable {
 		fix = "create the table, or point database.outboxTable at the existing one"
 	}
@@ -258,7 +258,7 @@ func (r *tableCheck) missingColumn(l, phys string, spare []string, hold bool) bo
 		// The bundled table lacks a column: a migration is missing.
 		r.problem(dialect.SchemaProblem{Column: l,
 			What: fmt.Sprintf("column %s (%s) is missing", phys, l),
-			Fix:  addDDL + " (or queuebox migrate; to adopt a table of another shape, map its columns: docs/adopting.md)"})
+			Fix:  addDDL + " (or queuebox migrate up; to adopt a table of another shape, map its columns: docs/adopting.md)"})
 	case l == dialect.ColHeldAt && hold:
 		r.problem(dialect.SchemaProblem{Column: l,
 			What: fmt.Sprintf("relay.onDead: hold needs column %s (heldAt), which is missing", phys),

@@ -138,6 +138,18 @@ func classify(err error) errorClass {
 	return classUnknown
 }
 
+// missingObjectHint is the fix for error 208 (invalid object name): the
+// table is missing, or the database is too old for OPENJSON; "" for any
+// other error.
+func missingObjectHint(err error) string {
+	var sqlErr mssql.Error
+	if !errors.As(err, &sqlErr) || sqlErr.Number != 208 {
+		return ""
+	}
+	return " (the outbox table does not exist or this login cannot see it: create it with queuebox migrate up, or point database.outboxTable at it; " +
+		"or, for OPENJSON, the database's compatibility level is below 130)"
+}
+
 // isDeadlockVictim reports error 1205 anywhere in the error's chain.
 func isDeadlockVictim(err error) bool {
 	var sqlErr mssql.Error
@@ -182,7 +194,7 @@ func interpretError(query string, err error) error {
 	if err == nil {
 		return nil
 	}
-	wrapped := fmt.Errorf("sqlserver: %s: %w", query, err)
+	wrapped := fmt.Errorf("sqlserver: %s: %w%s", query, err, missingObjectHint(err))
 	if maybeApplied(err) {
 		wrapped = outbox.MaybeApplied(wrapped)
 	}

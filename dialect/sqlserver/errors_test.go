@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -185,5 +186,18 @@ func TestSQLServerSettingsProblems(t *testing.T) {
 	errs, warns = DatabaseSettings{ReadCommittedSnapshot: false, CompatibilityLevel: 120}.Problems()
 	if len(errs) != 1 || len(warns) != 1 {
 		t.Errorf("bad settings: errors %v warnings %v", errs, warns)
+	}
+}
+
+// TestSQLServerMissingTableNamesTheFix: an invalid object name (208), a
+// table that does not exist, names queuebox migrate up; other errors get
+// no such hint.
+func TestSQLServerMissingTableNamesTheFix(t *testing.T) {
+	missing := interpretError("stats_counts", mssql.Error{Number: 208, Message: "Invalid object name 'outbox'.", Class: 16})
+	if got := missing.Error(); !strings.Contains(got, "queuebox migrate up") || !outbox.IsPermanent(missing) {
+		t.Errorf("missing table: %q (permanent %v), want the fix queuebox migrate up", got, outbox.IsPermanent(missing))
+	}
+	if got := interpretError("stats_counts", mssql.Error{Number: 207, Message: "Invalid column name 'x'.", Class: 16}).Error(); strings.Contains(got, "migrate") {
+		t.Errorf("invalid column: %q names migrate", got)
 	}
 }
