@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/cloudevents"
 	"github.com/queuebox/queuebox/outbox"
 	"golang.org/x/net/http/httpguts"
 )
@@ -35,13 +37,16 @@ var controlHeaders = map[string]bool{
 // dropHeader reports whether row header k is not sent: the headers queuebox
 // sets itself and the static headers (always), the hop-by-hop headers,
 // Host, Content-Length and Authorization (unless allowHeaders names them),
-// and Authorization whenever auth is set.
+// Authorization whenever auth is set, the Standard Webhooks headers while
+// signing and the CloudEvents headers (ce-*) while sending events.
 func (d *Destination) dropHeader(k string) bool {
 	ck := http.CanonicalHeaderKey(k)
 	switch {
 	case reservedHeaders[ck], destination.IsIdentityHeader(k), d.headers.Get(ck) != "":
 		return true
-	case ck == "Authorization" && d.authValue != "":
+	case ck == "Authorization" && (d.authValue != "" || d.tokens != nil):
+		return true
+	case d.signer != nil && signingHeaders[ck], d.events != nil && cloudevents.InNamespace(k, ceHeaderPrefix):
 		return true
 	case controlHeaders[ck]:
 		return !d.filter.Allowed(k)
@@ -107,7 +112,7 @@ func setEncoded(h http.Header, name, encName, v string) {
 	h.Set(name, v)
 }
 
-func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
+func (d *Destination) setHeaders(h http.Header, m *outbox.Message, out outgoing) (token string, err error) {
 	for k, v := range m.Headers {
 		if d.dropHeader(k) {
 			d.filter.Dropped(k)
@@ -118,7 +123,7 @@ func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
 	for k, v := range d.headers {
 		h[k] = v
 	}
-	h.Set("Content-Type", "application/json")
+	h.Set("Content-Type", cloudevents.DataContentType)
 	h.Set(HeaderMessageID, m.ID)
 	h.Set(HeaderIdempotencyKey, m.ID)
 	setEncoded(h, HeaderTopic, HeaderTopicEncoding, m.Topic)
@@ -126,7 +131,32 @@ func (d *Destination) setHeaders(h http.Header, m *outbox.Message) {
 	if m.Key != "" {
 		setEncoded(h, HeaderMessageKey, HeaderMessageKeyEncoding, m.Key)
 	}
-	if d.authValue != "" {
-		h.Set("Authorization", d.authValue)
+	switch {
+	case d.events != nil && d.events.Structured():
+		h.Set("Content-Type", cloudevents.ContentTypeStructured)
+	case d.events != nil:
+		for _, a := range out.attrs {
+			h.Set(ceHeaderPrefix+a.Name, cloudevents.HeaderValue(a.Value))
+		}
 	}
+	switch {
+	case d.authValue != "":
+		h.Set("Authorization", d.authValue)
+	case d.tokens != nil:
+		if token, err = d.tokens.token(); err != nil {
+			return "", err
+		}
+		h.Set("Authorization", "Bearer "+token)
+	}
+	if d.signer != nil {
+		d.signer.sign(h, m.ID, time.Now().Unix(), out.body)
+	}
+	return token, nil
 }
+
+// ceHeaderPrefix is the prefix of the CloudEvents attributes in HTTP
+// headers (binary mode).
+const ceHeaderPrefix = "ce-"
+
+// signingHeaders are the Standard Webhooks headers (canonical names).
+var signingHeaders = map[string]bool{HeaderWebhookID: true, HeaderWebhookTimestamp: true, HeaderWebhookSignature: true}

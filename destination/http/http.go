@@ -22,6 +22,12 @@
 // host needs AllowedHosts. Row headers follow the policy of dropHeader; a
 // topic or key that a header cannot carry is sent percent-encoded.
 //
+// Opt-in, per destination: Signing signs every request (Standard
+// Webhooks), Auth.OAuth2 sends a bearer token from the client credentials
+// grant (a 401 drops the cached token and sends once more with a new one),
+// CloudEvents sends every row as a CloudEvent (binary: ce-* headers;
+// structured: an application/cloudevents+json body).
+//
 // Messages of one non-empty key are sent one after another in batch order;
 // when one fails, the later messages of that key in the batch are not sent
 // (they fail with a retryable error) so that order holds. Other messages
@@ -48,6 +54,7 @@ import (
 
 	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/cloudevents"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -77,11 +84,13 @@ const (
 	SnippetLimit = 256
 )
 
-// Auth is a bearer token or basic credentials; set one of the two.
+// Auth is a bearer token, basic credentials or the OAuth2 client
+// credentials grant; set one of the three.
 type Auth struct {
 	Bearer   string
 	Username string
 	Password string
+	OAuth2   *OAuth2
 }
 
 // Options configures a Destination; the fields map one to one onto the
@@ -124,6 +133,11 @@ type Options struct {
 	// MaxRetryAfter caps a receiver's Retry-After. 0: DefaultMaxRetryAfter.
 	MaxRetryAfter time.Duration
 	TLS           *tls.Config // nil: the system roots
+	// Signing, when set, signs every request (Standard Webhooks).
+	Signing *Signing
+	// CloudEvents, when set, sends every row as a CloudEvent in the
+	// HTTP binding's binary or structured mode.
+	CloudEvents *cloudevents.Options
 }
 
 // Destination POSTs messages to an HTTP endpoint. It is safe for
@@ -139,6 +153,9 @@ type Destination struct {
 	transport     *http.Transport
 	headers       http.Header
 	authValue     string
+	tokens        *tokens // OAuth2; nil without
+	signer        *signer // nil: requests are not signed
+	events        *cloudevents.Encoder
 	secrets       []string
 	timeout       time.Duration
 	maxRetryAfter time.Duration
@@ -181,8 +198,12 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 	if err := d.setStaticHeaders(o.Headers); err != nil {
 		return nil, fmt.Errorf("http destination %q: headers: %w", o.Name, err)
 	}
+	d.transport, d.client = newClient(o)
 	if err := d.setAuth(o.Auth); err != nil {
 		return nil, fmt.Errorf("http destination %q: auth: %w", o.Name, err)
+	}
+	if err := d.setWire(o); err != nil {
+		return nil, fmt.Errorf("http destination %q: %w", o.Name, err)
 	}
 	if u, err := url.Parse(o.URL); err == nil && u.User != nil {
 		if p, ok := u.User.Password(); ok && p != "" {
@@ -194,7 +215,6 @@ func New(_ context.Context, o Options, log *slog.Logger) (*Destination, error) {
 			d.secrets = append(d.secrets, sec)
 		}
 	}
-	d.transport, d.client = newClient(o)
 	return d, nil
 }
 
@@ -270,6 +290,16 @@ func (d *Destination) setAuth(a *Auth) error {
 		return nil
 	}
 	switch {
+	case a.OAuth2 != nil && (a.Bearer != "" || a.Username != "" || a.Password != ""):
+		return errors.New("set oauth2, bearer or username/password, not two of them")
+	case a.OAuth2 != nil:
+		client := &http.Client{Transport: d.transport, Timeout: d.timeout}
+		t, err := newTokens(d.name, a.OAuth2, client)
+		if err != nil {
+			return err
+		}
+		d.tokens = t
+		d.secrets = append(d.secrets, t.secrets...)
 	case a.Bearer != "" && (a.Username != "" || a.Password != ""):
 		return errors.New("set bearer or username/password, not both")
 	case a.Bearer != "":
@@ -282,6 +312,27 @@ func (d *Destination) setAuth(a *Auth) error {
 		if a.Password != "" {
 			d.secrets = append(d.secrets, a.Password)
 		}
+	}
+	return nil
+}
+
+// setWire sets what every request carries beyond the row: a signature,
+// a CloudEvent.
+func (d *Destination) setWire(o Options) error {
+	if o.Signing != nil {
+		sg, secrets, err := newSigner(o.Signing)
+		if err != nil {
+			return fmt.Errorf("signing: %w", err)
+		}
+		d.signer = sg
+		d.secrets = append(d.secrets, secrets...)
+	}
+	if o.CloudEvents != nil {
+		e, err := cloudevents.New(*o.CloudEvents)
+		if err != nil {
+			return err
+		}
+		d.events = e
 	}
 	return nil
 }

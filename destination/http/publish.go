@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/cloudevents"
 	"github.com/queuebox/queuebox/outbox"
 	"github.com/queuebox/queuebox/redact"
 )
@@ -124,34 +125,75 @@ func (d *Destination) send(ctx context.Context, m *outbox.Message) error {
 	if err != nil {
 		return fmt.Errorf("http destination %q: url: %w", d.name, err)
 	}
+	out, err := d.outgoing(m)
+	if err != nil {
+		return fmt.Errorf("http destination %q: %w", d.name, err)
+	}
+	refused, err := d.post(ctx, target, m, out)
+	if refused != "" {
+		// The receiver refused the access token (401): it may have been
+		// revoked or rotated before it expired. Once, with a new one.
+		d.tokens.drop(refused)
+		_, err = d.post(ctx, target, m, out)
+	}
+	return err
+}
+
+// outgoing is what a message's requests carry besides its headers: the
+// body, and the CloudEvents attributes of binary mode.
+type outgoing struct {
+	body  []byte
+	attrs []cloudevents.Attr
+}
+
+func (d *Destination) outgoing(m *outbox.Message) (outgoing, error) {
+	switch {
+	case d.events == nil:
+		return outgoing{body: m.Payload}, nil
+	case d.events.Structured():
+		body, err := d.events.Event(m)
+		return outgoing{body: body}, err
+	}
+	attrs, err := d.events.Attributes(m)
+	return outgoing{body: m.Payload, attrs: attrs}, err
+}
+
+// post sends one request for m and classifies its outcome. refused is the
+// OAuth2 access token a 401 answered, "" otherwise.
+func (d *Destination) post(ctx context.Context, target string, m *outbox.Message, out outgoing) (refused string, err error) {
 	rctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	// NewRequest parses the URL once; the checks read its result. The
 	// redacted form for messages is made only when there is one to write
 	// (each parse showed in the profile of an HTTP drain).
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, target, bytes.NewReader(m.Payload))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, target, bytes.NewReader(out.body))
 	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
-		return outbox.Permanent(fmt.Errorf("http destination %q: rendered url %q is not a valid http(s) URL", d.name, redactURL(target)))
+		return "", outbox.Permanent(fmt.Errorf("http destination %q: rendered url %q is not a valid http(s) URL", d.name, redactURL(target)))
 	}
 	if d.allowedHosts != nil && !hostAllowed(req.URL, d.allowedHosts) {
-		return outbox.Permanent(fmt.Errorf("http destination %q: rendered url %q: host %q is not in allowedHosts", d.name, redactURL(target), req.URL.Host))
+		return "", outbox.Permanent(fmt.Errorf("http destination %q: rendered url %q: host %q is not in allowedHosts", d.name, redactURL(target), req.URL.Host))
 	}
 	// The fragment is the client's: never sent.
 	req.URL.Fragment, req.URL.RawFragment = "", ""
-	req.Header = make(http.Header, len(m.Headers)+len(d.headers)+8) // sized once: no map growth per request
-	d.setHeaders(req.Header, m)
-
+	req.Header = make(http.Header, len(m.Headers)+len(d.headers)+len(out.attrs)+12) // sized once: no map growth per request
+	token, err := d.setHeaders(req.Header, m, out)
+	if err != nil {
+		return "", err
+	}
 	resp, err := d.client.Do(req)
 	if err != nil {
-		return d.transportError(ctx, rctx, redactURL(target), err)
+		return "", d.transportError(ctx, rctx, redactURL(target), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return nil
+		return "", nil
 	}
 	snippet := d.snippet(resp.Body)
-	return d.statusError(resp, redactURL(target), snippet)
+	if resp.StatusCode == http.StatusUnauthorized && token != "" {
+		refused = token
+	}
+	return refused, d.statusError(resp, redactURL(target), snippet)
 }
 
 // snippet returns at most SnippetLimit bytes of body for the error text,
