@@ -58,12 +58,12 @@ func TestOptionsAndRows(t *testing.T) {
 
 func TestHeaderValue(t *testing.T) {
 	for in, want := range map[string]string{
-		"customer-42":    "customer-42",
-		"with space":     "with space",
-		"line\nbreak":    "line%0Abreak",
-		" lead":          "%20lead",
+		"customer-42":     "customer-42",
+		"with space":      "with space",
+		"line\nbreak":     "line%0Abreak",
+		" lead":           "%20lead",
 		"50% \"q\"\tend ": "50%25%20%22q%22%09end%20",
-		"héllo\x01":      "h%C3%A9llo%01",
+		"héllo\x01":       "h%C3%A9llo%01",
 	} {
 		if got := cloudevents.HeaderValue(in); got != want {
 			t.Errorf("HeaderValue(%q) = %q, want %q", in, got, want)
