@@ -572,6 +572,9 @@ func keysOf(o *Options, keyed bool) int {
 	return 0
 }
 
+// runRelay drains o.Rows rows to dest with replicas relay processes and
+// measures the drain: its rate, the relay's and the machine's CPU, and,
+// with idle, what the replicas cost once the table is empty.
 func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed bool, replicas int, prof profileSpec, idle bool) (rr RelayRun) {
 	rr.Replicas = replicas
 	fail := func(err error) RelayRun { rr.Error = err.Error(); return rr }
@@ -593,55 +596,24 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 			return fail(err)
 		}
 	}
-	var wait func() (time.Time, error)
-	switch dest {
-	case "nats":
-		st, err := w.stream(ctx, topic)
-		if err != nil {
-			return fail(err)
-		}
-		cfg.Stream = st.CachedInfo().Config.Name
-		defer func() { _ = w.js.DeleteStream(context.WithoutCancel(ctx), cfg.Stream) }()
-		wait = func() (time.Time, error) { return waitStream(ctx, st, o.Rows) }
-	case "http":
-		r := newReceipts(o.Rows)
-		w.hook.set(r)
-		defer w.hook.set(nil)
-		wait = func() (time.Time, error) { return r.wait(ctx, "HTTP receiver") }
-		defer func() { rr.Duplicates = r.dupes }()
-	case "amqp":
-		r := newReceipts(o.Rows)
-		sink, err := w.amqp.sink(ctx, topic, r)
-		if err != nil {
-			return fail(err)
-		}
-		defer sink.close()
-		cfg.AMQPURL, cfg.Exchange = w.amqp.url, topic
-		wait = func() (time.Time, error) { return r.wait(ctx, "RabbitMQ queue") }
-		defer func() { rr.Duplicates = r.dupes }()
-	case "kafka":
-		r := newReceipts(o.Rows)
-		sink, err := w.kafka.sink(ctx, topic, r)
-		if err != nil {
-			return fail(err)
-		}
-		defer sink.close()
-		cfg.KafkaBrokers = w.kafka.brokers
-		wait = func() (time.Time, error) { return r.wait(ctx, "Kafka topic") }
-		defer func() { rr.Duplicates = r.dupes }()
+	sink, err := openRelaySink(ctx, w, o, dest, topic, &cfg)
+	if err != nil {
+		return fail(err)
 	}
+	defer sink.close()
+	defer func() {
+		if sink.recv != nil {
+			rr.Duplicates = sink.recv.dupes
+		}
+	}()
+
 	spawn := time.Now()
 	reps, err := startReplicas(ctx, o.Binary, tmp, cfg, replicas)
 	if err != nil {
 		return fail(err)
 	}
 	defer stopReplicas(reps)
-	start := reps[0].startAt
-	for _, r := range reps[1:] {
-		if r.startAt.Before(start) {
-			start = r.startAt
-		}
-	}
+	start := firstStart(reps)
 	rr.StartupMillis = float64(start.Sub(spawn).Microseconds()) / 1000
 	before, meter := procAll(reps), startHostMeter()
 	profiled := make(chan error, 1)
@@ -650,32 +622,12 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	} else {
 		profiled <- nil
 	}
-	doneAt, err := wait()
+	doneAt, err := sink.wait()
 	if err != nil {
-		for _, r := range reps {
-			if p := r.problems(); len(p) > 0 {
-				err = fmt.Errorf("%w; relay log: %s", err, strings.Join(p, " | "))
-				break
-			}
-		}
-		return fail(err)
+		return fail(withRelayLog(err, reps))
 	}
 	after := procAll(reps)
-	c := meter.stop()
-	rr.StealPct, rr.HostBusyPct = c.steal, c.busy
-	rr.SwitchesPerRow = float64(c.switches) / float64(o.Rows)
-	rr.PageFaultsPerRow = float64(c.faults) / float64(o.Rows)
-	rr.DBPageFaultsPerRow = float64(c.dbFaults) / float64(o.Rows)
-	rr.DBCPUPer10k = c.db.Seconds() / float64(o.Rows) * 10_000
-	rr.HostCPUPer10k = c.host.Seconds() / float64(o.Rows) * 10_000
-	rr.DrainSeconds = doneAt.Sub(start).Seconds()
-	rr.RowsPerSec = float64(o.Rows) / rr.DrainSeconds
-	var cpu time.Duration
-	for i := range reps {
-		cpu += after[i].cpu - before[i].cpu
-		rr.PeakRSSMiB = max(rr.PeakRSSMiB, float64(after[i].hwmKiB)/1024)
-	}
-	rr.CPUPer10k = cpu.Seconds() / float64(o.Rows) * 10_000
+	rr.recordDrain(o.Rows, doneAt.Sub(start), meter.stop(), before, after)
 	if err := <-profiled; err != nil {
 		o.say("   cpu profile not written: %v", err)
 	}
@@ -700,6 +652,108 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		return fail(err)
 	}
 	return rr
+}
+
+// relaySink is where a relay run's rows arrive: wait returns when the last
+// one has, recv counts them where the bench receives them itself (nil for
+// NATS, where the stream counts), and close takes the sink down.
+type relaySink struct {
+	wait  func() (time.Time, error)
+	recv  *receipts
+	close func()
+}
+
+// openRelaySink sets up the receiving end of dest for topic and points cfg
+// at it.
+func openRelaySink(ctx context.Context, w *world, o *Options, dest, topic string, cfg *relayConfig) (*relaySink, error) {
+	switch dest {
+	case "nats":
+		st, err := w.stream(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Stream = st.CachedInfo().Config.Name
+		return &relaySink{
+			wait:  func() (time.Time, error) { return waitStream(ctx, st, o.Rows) },
+			close: func() { _ = w.js.DeleteStream(context.WithoutCancel(ctx), cfg.Stream) },
+		}, nil
+	case "http":
+		r := newReceipts(o.Rows)
+		w.hook.set(r)
+		return &relaySink{
+			wait:  func() (time.Time, error) { return r.wait(ctx, "HTTP receiver") },
+			recv:  r,
+			close: func() { w.hook.set(nil) },
+		}, nil
+	case "amqp":
+		r := newReceipts(o.Rows)
+		sink, err := w.amqp.sink(ctx, topic, r)
+		if err != nil {
+			return nil, err
+		}
+		cfg.AMQPURL, cfg.Exchange = w.amqp.url, topic
+		return &relaySink{
+			wait:  func() (time.Time, error) { return r.wait(ctx, "RabbitMQ queue") },
+			recv:  r,
+			close: sink.close,
+		}, nil
+	case "kafka":
+		r := newReceipts(o.Rows)
+		sink, err := w.kafka.sink(ctx, topic, r)
+		if err != nil {
+			return nil, err
+		}
+		cfg.KafkaBrokers = w.kafka.brokers
+		return &relaySink{
+			wait:  func() (time.Time, error) { return r.wait(ctx, "Kafka topic") },
+			recv:  r,
+			close: sink.close,
+		}, nil
+	}
+	return nil, fmt.Errorf("bench: no destination %q", dest)
+}
+
+// firstStart is when the first of the replicas reported it had started.
+func firstStart(reps []*replica) time.Time {
+	start := reps[0].startAt
+	for _, r := range reps[1:] {
+		if r.startAt.Before(start) {
+			start = r.startAt
+		}
+	}
+	return start
+}
+
+// withRelayLog adds to err the problems the first replica that logged any
+// reported.
+func withRelayLog(err error, reps []*replica) error {
+	for _, r := range reps {
+		if p := r.problems(); len(p) > 0 {
+			return fmt.Errorf("%w; relay log: %s", err, strings.Join(p, " | "))
+		}
+	}
+	return err
+}
+
+// recordDrain fills in the figures of a drain of rows rows that took
+// drain: the machine's cost c, and the replicas' CPU and peak memory
+// between before and after.
+func (rr *RelayRun) recordDrain(rows int, drain time.Duration, c hostCost, before, after []procStat) {
+	n := float64(rows)
+	rr.StealPct, rr.HostBusyPct = c.steal, c.busy
+	rr.SwitchesPerRow = float64(c.switches) / n
+	rr.PageFaultsPerRow = float64(c.faults) / n
+	rr.DBPageFaultsPerRow = float64(c.dbFaults) / n
+	rr.DBCPUPer10k = c.db.Seconds() / n * 10_000
+	rr.HostCPUPer10k = c.host.Seconds() / n * 10_000
+	rr.DrainSeconds = drain.Seconds()
+	rr.RowsPerSec = n / rr.DrainSeconds
+	var cpu time.Duration
+	for i := range after {
+		cpu += after[i].cpu - before[i].cpu
+		rr.PeakRSSMiB = max(rr.PeakRSSMiB, float64(after[i].hwmKiB)/1024)
+	}
+	rr.CPUPer10k = cpu.Seconds() / n * 10_000
 }
 
 // waitSettled waits until no row is pending or processing.
