@@ -63,97 +63,134 @@ var (
 func New() *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
-	m := &Metrics{
-		Registry: r,
-		claimDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "claim_duration_seconds",
-			Help:    "Duration of claim statements, by result (ok, error).",
-			Buckets: latency,
-		}, []string{"result"}),
-		claimTurnWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "claim_turn_wait_seconds",
-			Help:    "Time a claim waited for the table's claim turn (relay.claimTurns: table, PostgreSQL lease mode), from sending the claim to the grant.",
-			Buckets: latency,
-		}),
-		claimedRows: counter("claimed_rows_total",
-			"Rows claimed."),
-		claimLimit: gauge("claim_limit",
-			"Rows the last claim asked for: relay.batchSize, or the free in-flight budget when less."),
-		pastFront: counter("claims_past_front_total",
-			"Claims whose window started past the front of the table, because rows that cannot be claimed now filled the windows before it."),
-		destLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "destination_inflight_limit",
-			Help: "A destination's limit on rows in flight, as it adapts to the destination's answers (at most its concurrency).",
-		}, []string{"destination"}),
-		backpressure: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "destination_backpressure_total",
-			Help: "Rows a destination had no room for (stream or account limits, broker alarms, quotas, HTTP 429/507), by the limit it named; they wait without spending attempts.",
-		}, []string{"destination", "limit"}),
-		publishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "publish_duration_seconds",
-			Help:    "Duration of one batch publish to a destination.",
-			Buckets: latency,
-		}, []string{"destination"}),
-		commitToAck: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "commit_to_ack_seconds",
-			Help:    "Time from a row's created_at to the destination's acknowledgement.",
-			Buckets: latency,
-		}, []string{"destination"}),
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "deliveries_total",
-			Help: "Rows settled, by destination and outcome (sent, retry, dead, released).",
-		}, []string{"destination", "outcome"}),
-		writeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "settle_duration_seconds",
-			Help:    "Duration of settlement statements, by operation (complete, retry, dead, release) and result.",
-			Buckets: latency,
-		}, []string{"op", "result"}),
-		claimsLost: counter("claims_lost_total",
-			"Rows whose fenced write matched nothing: the lease expired and the row was reclaimed."),
-		reclaimed: counter("leases_reclaimed_total",
-			"Rows returned to pending because their lease expired."),
-		inflight: gauge("inflight_rows",
-			"Rows claimed by this process and not yet settled."),
-		circuit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "destination_circuit_state",
-			Help: "Circuit breaker of a destination: 0 closed, 1 open, 2 half-open.",
-		}, []string{"destination"}),
-		Pending: gauge("pending_rows",
-			"Rows in state pending (refreshed on an interval)."),
-		Processing: gauge("processing_rows",
-			"Rows in state processing, across all relays (refreshed on an interval)."),
-		Dead: gauge("dead_rows",
-			"Rows in state dead (refreshed on an interval)."),
-		OldestPendingAge: gauge("oldest_pending_age_seconds",
-			"Age of the oldest due pending row, 0 when none (refreshed on an interval)."),
-		OldestProcessingAge: gauge("oldest_processing_age_seconds",
-			"Time since the oldest processing row was claimed, 0 when none (refreshed on an interval)."),
-		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "retention_deleted_rows_total",
-			Help: "Rows deleted by retention, by state (sent, dead).",
-		}, []string{"state"}),
-		wakeListening: gauge("wake_listening",
-			"1 while the wake-on-commit LISTEN connection is up (relay.notify), else 0."),
-		wakeArmed: gauge("wake_armed",
-			"1 while this relay holds the notify lock: it sleeps and producers notify."),
-		wakeNotified: counter("wake_notifications_total",
-			"Notifications received on the relay.notify channel."),
-		headersDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "row_headers_dropped_total",
-			Help: "Row headers a destination did not send because its policy drops them (broker control headers, the headers queuebox sets itself), per message published.",
-		}, []string{"destination"}),
-		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "build_info",
-			Help: "Always 1; its labels say which build is running (queuebox version).",
-		}, []string{"version", "revision", "goversion"}),
-	}
-	r.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.pastFront, m.destLimit, m.backpressure, m.publishDuration, m.commitToAck, m.deliveries,
-		m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.circuit, m.Pending, m.Processing, m.Dead, m.OldestPendingAge,
-		m.OldestProcessingAge, m.purged, m.wakeListening, m.wakeArmed, m.wakeNotified, m.buildInfo, m.headersDropped)
-	// Every series with a fixed label set exists from the start, at zero,
-	// so that dashboards and alerts (rate(), absent()) see it before the
-	// first event.
+	m := &Metrics{Registry: r}
+	m.claimSeries()
+	m.destinationSeries()
+	m.settleSeries()
+	m.backlogSeries()
+	m.wakeSeries()
+	m.headersDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "row_headers_dropped_total",
+		Help: "Row headers a destination did not send because its policy drops them (broker control headers, the headers queuebox sets itself), per message published.",
+	}, []string{"destination"})
+	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "build_info",
+		Help: "Always 1; its labels say which build is running (queuebox version).",
+	}, []string{"version", "revision", "goversion"})
+	r.MustRegister(m.buildInfo, m.headersDropped)
+	m.zeroFixedSeries()
+	return m
+}
+
+// latencyBuckets are the buckets of every duration histogram, in seconds.
+func latencyBuckets() []float64 {
+	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+}
+
+// claimSeries: the claim statements and what they took.
+func (m *Metrics) claimSeries() {
+	m.claimDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "claim_duration_seconds",
+		Help:    "Duration of claim statements, by result (ok, error).",
+		Buckets: latencyBuckets(),
+	}, []string{"result"})
+	m.claimTurnWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "claim_turn_wait_seconds",
+		Help:    "Time a claim waited for the table's claim turn (relay.claimTurns: table, PostgreSQL lease mode), from sending the claim to the grant.",
+		Buckets: latencyBuckets(),
+	})
+	m.claimedRows = counter("claimed_rows_total",
+		"Rows claimed.")
+	m.claimLimit = gauge("claim_limit",
+		"Rows the last claim asked for: relay.batchSize, or the free in-flight budget when less.")
+	m.pastFront = counter("claims_past_front_total",
+		"Claims whose window started past the front of the table, because rows that cannot be claimed now filled the windows before it.")
+	m.Registry.MustRegister(m.claimDuration, m.claimTurnWait, m.claimedRows, m.claimLimit, m.pastFront)
+}
+
+// destinationSeries: publishing, by destination, and each destination's
+// limits and circuit.
+func (m *Metrics) destinationSeries() {
+	m.destLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "destination_inflight_limit",
+		Help: "A destination's limit on rows in flight, as it adapts to the destination's answers (at most its concurrency).",
+	}, []string{"destination"})
+	m.backpressure = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "destination_backpressure_total",
+		Help: "Rows a destination had no room for (stream or account limits, broker alarms, quotas, HTTP 429/507), by the limit it named; they wait without spending attempts.",
+	}, []string{"destination", "limit"})
+	m.publishDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "publish_duration_seconds",
+		Help:    "Duration of one batch publish to a destination.",
+		Buckets: latencyBuckets(),
+	}, []string{"destination"})
+	m.commitToAck = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "commit_to_ack_seconds",
+		Help:    "Time from a row's created_at to the destination's acknowledgement.",
+		Buckets: latencyBuckets(),
+	}, []string{"destination"})
+	m.circuit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "destination_circuit_state",
+		Help: "Circuit breaker of a destination: 0 closed, 1 open, 2 half-open.",
+	}, []string{"destination"})
+	m.Registry.MustRegister(m.destLimit, m.backpressure, m.publishDuration, m.commitToAck, m.circuit)
+}
+
+// settleSeries: what became of the claimed rows, the writes that settled
+// them, leases lost and reclaimed, and retention.
+func (m *Metrics) settleSeries() {
+	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "deliveries_total",
+		Help: "Rows settled, by destination and outcome (sent, retry, dead, released).",
+	}, []string{"destination", "outcome"})
+	m.writeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "settle_duration_seconds",
+		Help:    "Duration of settlement statements, by operation (complete, retry, dead, release) and result.",
+		Buckets: latencyBuckets(),
+	}, []string{"op", "result"})
+	m.claimsLost = counter("claims_lost_total",
+		"Rows whose fenced write matched nothing: the lease expired and the row was reclaimed.")
+	m.reclaimed = counter("leases_reclaimed_total",
+		"Rows returned to pending because their lease expired.")
+	m.inflight = gauge("inflight_rows",
+		"Rows claimed by this process and not yet settled.")
+	m.purged = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "retention_deleted_rows_total",
+		Help: "Rows deleted by retention, by state (sent, dead).",
+	}, []string{"state"})
+	m.Registry.MustRegister(m.deliveries, m.writeDuration, m.claimsLost, m.reclaimed, m.inflight, m.purged)
+}
+
+// backlogSeries: the table's backlog gauges, which their owner refreshes.
+func (m *Metrics) backlogSeries() {
+	m.Pending = gauge("pending_rows",
+		"Rows in state pending (refreshed on an interval).")
+	m.Processing = gauge("processing_rows",
+		"Rows in state processing, across all relays (refreshed on an interval).")
+	m.Dead = gauge("dead_rows",
+		"Rows in state dead (refreshed on an interval).")
+	m.OldestPendingAge = gauge("oldest_pending_age_seconds",
+		"Age of the oldest due pending row, 0 when none (refreshed on an interval).")
+	m.OldestProcessingAge = gauge("oldest_processing_age_seconds",
+		"Time since the oldest processing row was claimed, 0 when none (refreshed on an interval).")
+	m.Registry.MustRegister(m.Pending, m.Processing, m.Dead, m.OldestPendingAge, m.OldestProcessingAge)
+}
+
+// wakeSeries: wake on commit (relay.notify).
+func (m *Metrics) wakeSeries() {
+	m.wakeListening = gauge("wake_listening",
+		"1 while the wake-on-commit LISTEN connection is up (relay.notify), else 0.")
+	m.wakeArmed = gauge("wake_armed",
+		"1 while this relay holds the notify lock: it sleeps and producers notify.")
+	m.wakeNotified = counter("wake_notifications_total",
+		"Notifications received on the relay.notify channel.")
+	m.Registry.MustRegister(m.wakeListening, m.wakeArmed, m.wakeNotified)
+}
+
+// zeroFixedSeries makes every series with a fixed label set exist from the
+// start, at zero, so that dashboards and alerts (rate(), absent()) see it
+// before the first event.
+func (m *Metrics) zeroFixedSeries() {
 	for _, res := range []string{"ok", "error"} {
 		m.claimDuration.WithLabelValues(res)
 		for _, op := range []string{"complete", "retry", "dead", "release"} {
@@ -163,7 +200,6 @@ func New() *Metrics {
 	for _, s := range []string{"sent", "dead"} {
 		m.purged.WithLabelValues(s)
 	}
-	return m
 }
 
 // gauge and counter declare an unlabelled series of the namespace.
