@@ -251,112 +251,87 @@ func testPerKeyOrder(t *testing.T, h Harness) {
 		}
 	}
 	insert(t, ctx, h, rows...)
-	total := len(rows)
 
-	var (
-		mu        sync.Mutex
-		inFlight  = map[string]int64{} // key -> sequence held
-		completed = map[string][]int64{}
-		done      int
-		errs      []string
-	)
-	fail := func(format string, args ...any) {
-		mu.Lock()
-		errs = append(errs, fmt.Sprintf(format, args...))
-		mu.Unlock()
-	}
+	l := &keyLedger{total: len(rows), inFlight: map[string]int64{}, completed: map[string][]int64{}}
 	var wg sync.WaitGroup
 	for c := 0; c < 3; c++ {
-		wg.Add(1)
-		go func(seed uint64) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, 42))
-			deadline := time.Now().Add(waitFor * 3)
-			for time.Now().Before(deadline) {
-				mu.Lock()
-				finished := done == total
-				mu.Unlock()
-				if finished {
-					return
-				}
-				token := newToken()
-				msgs, err := h.Dialect().Claim(ctx, dialect.ClaimParams{Token: token, Limit: 5, Lease: longLease})
-				if err != nil {
-					fail("claim: %v", err)
-					return
-				}
-				if len(msgs) == 0 {
-					time.Sleep(2 * time.Millisecond)
-					continue
-				}
-				mu.Lock()
-				seen := map[string]bool{}
-				for _, m := range msgs {
-					if seen[m.Key] {
-						errs = append(errs, fmt.Sprintf("key %s: two rows in one claim", m.Key))
-					}
-					seen[m.Key] = true
-					if held, ok := inFlight[m.Key]; ok {
-						errs = append(errs, fmt.Sprintf("key %s: sequence %d claimed while %d is in flight", m.Key, m.Sequence, held))
-					}
-					inFlight[m.Key] = m.Sequence
-				}
-				mu.Unlock()
-
-				// "Publish": hold the rows briefly so that overlaps would show.
-				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
-
-				var ok []outbox.Message
-				var retry []dialect.RetryItem
-				for _, m := range msgs {
-					if rng.IntN(10) < 3 {
-						retry = append(retry, dialect.RetryItem{
-							ID: m.ID, Attempt: m.Attempt + 1,
-							Delay: time.Duration(rng.IntN(20)) * time.Millisecond, Error: "random failure",
-						})
-					} else {
-						ok = append(ok, m)
-					}
-				}
-				// Forget the in-flight keys before the writes: once a write
-				// commits, another claimer may rightly take the key's next row.
-				mu.Lock()
-				for _, m := range msgs {
-					delete(inFlight, m.Key)
-				}
-				mu.Unlock()
-				if len(retry) > 0 {
-					got, err := h.Dialect().Retry(ctx, dialect.RetryParams{Token: token, Items: retry})
-					if err != nil || got != int64(len(retry)) {
-						fail("retry: %d of %d rows, err %v", got, len(retry), err)
-						return
-					}
-				}
-				if len(ok) > 0 {
-					got, err := h.Dialect().Complete(ctx, dialect.CompleteParams{Token: token, IDs: idsOf(ok)})
-					if err != nil || got != int64(len(ok)) {
-						fail("complete: %d of %d rows, err %v", got, len(ok), err)
-						return
-					}
-					mu.Lock()
-					for _, m := range ok {
-						completed[m.Key] = append(completed[m.Key], m.Sequence)
-					}
-					done += len(ok)
-					mu.Unlock()
-				}
-			}
-			fail("claimers did not drain the table in time")
-		}(uint64(c))
+		wg.Go(func() { claimKeyed(ctx, h, l, uint64(c)) })
 	}
 	wg.Wait()
-	for _, e := range errs {
+	for _, e := range l.errs {
 		t.Error(e)
 	}
 	if t.Failed() {
 		return
 	}
-	for k, seqs := range completed {
+	l.checkOrder(t, keys, perKey)
+}
+
+// keyLedger is what testPerKeyOrder's claimers saw, shared under mu: the
+// sequence in flight for each key, each key's completions in order, and
+// the violations.
+type keyLedger struct {
+	mu        sync.Mutex
+	total     int
+	inFlight  map[string]int64   // key -> sequence held
+	completed map[string][]int64 // key -> sequences completed, in order
+	done      int
+	errs      []string
+}
+
+func (l *keyLedger) fail(format string, args ...any) {
+	l.mu.Lock()
+	l.errs = append(l.errs, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+func (l *keyLedger) drained() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done == l.total
+}
+
+// claimed records a claim's rows in flight: a key with two rows in the
+// claim, or with a row still in flight, is a violation.
+func (l *keyLedger) claimed(msgs []outbox.Message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if seen[m.Key] {
+			l.errs = append(l.errs, fmt.Sprintf("key %s: two rows in one claim", m.Key))
+		}
+		seen[m.Key] = true
+		if held, ok := l.inFlight[m.Key]; ok {
+			l.errs = append(l.errs, fmt.Sprintf("key %s: sequence %d claimed while %d is in flight", m.Key, m.Sequence, held))
+		}
+		l.inFlight[m.Key] = m.Sequence
+	}
+}
+
+// released forgets the keys of msgs in flight.
+func (l *keyLedger) released(msgs []outbox.Message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range msgs {
+		delete(l.inFlight, m.Key)
+	}
+}
+
+// completedRows records the completed rows in each key's order.
+func (l *keyLedger) completedRows(msgs []outbox.Message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range msgs {
+		l.completed[m.Key] = append(l.completed[m.Key], m.Sequence)
+	}
+	l.done += len(msgs)
+}
+
+// checkOrder: every key completed perKey rows, in increasing sequence.
+func (l *keyLedger) checkOrder(t *testing.T, keys, perKey int) {
+	t.Helper()
+	for k, seqs := range l.completed {
 		if len(seqs) != perKey {
 			t.Errorf("key %s: %d completions, want %d", k, len(seqs), perKey)
 		}
@@ -367,9 +342,74 @@ func testPerKeyOrder(t *testing.T, h Harness) {
 			}
 		}
 	}
-	if len(completed) != keys {
-		t.Errorf("%d keys completed, want %d", len(completed), keys)
+	if len(l.completed) != keys {
+		t.Errorf("%d keys completed, want %d", len(l.completed), keys)
 	}
+}
+
+// claimKeyed claims, holds and settles batches until the table is drained
+// (or its time is up), failing about three rows in ten for a retry.
+func claimKeyed(ctx context.Context, h Harness, l *keyLedger, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 42))
+	deadline := time.Now().Add(waitFor * 3)
+	for time.Now().Before(deadline) {
+		if l.drained() {
+			return
+		}
+		token := newToken()
+		msgs, err := h.Dialect().Claim(ctx, dialect.ClaimParams{Token: token, Limit: 5, Lease: longLease})
+		if err != nil {
+			l.fail("claim: %v", err)
+			return
+		}
+		if len(msgs) == 0 {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		l.claimed(msgs)
+		// "Publish": hold the rows briefly so that overlaps would show.
+		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+		if !settleRandomly(ctx, h, l, rng, token, msgs) {
+			return
+		}
+	}
+	l.fail("claimers did not drain the table in time")
+}
+
+// settleRandomly retries about three rows of msgs in ten, after a small
+// delay, and completes the rest. It reports false when a write failed.
+func settleRandomly(ctx context.Context, h Harness, l *keyLedger, rng *rand.Rand, token string, msgs []outbox.Message) bool {
+	var ok []outbox.Message
+	var retry []dialect.RetryItem
+	for _, m := range msgs {
+		if rng.IntN(10) < 3 {
+			retry = append(retry, dialect.RetryItem{
+				ID: m.ID, Attempt: m.Attempt + 1,
+				Delay: time.Duration(rng.IntN(20)) * time.Millisecond, Error: "random failure",
+			})
+		} else {
+			ok = append(ok, m)
+		}
+	}
+	// Forget the in-flight keys before the writes: once a write
+	// commits, another claimer may rightly take the key's next row.
+	l.released(msgs)
+	if len(retry) > 0 {
+		got, err := h.Dialect().Retry(ctx, dialect.RetryParams{Token: token, Items: retry})
+		if err != nil || got != int64(len(retry)) {
+			l.fail("retry: %d of %d rows, err %v", got, len(retry), err)
+			return false
+		}
+	}
+	if len(ok) > 0 {
+		got, err := h.Dialect().Complete(ctx, dialect.CompleteParams{Token: token, IDs: idsOf(ok)})
+		if err != nil || got != int64(len(ok)) {
+			l.fail("complete: %d of %d rows, err %v", got, len(ok), err)
+			return false
+		}
+		l.completedRows(ok)
+	}
+	return true
 }
 
 // testLeaseExpiresMidPublish: the owner's lease expires while it publishes.
