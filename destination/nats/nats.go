@@ -74,6 +74,10 @@ type Options struct {
 	Stream         string
 	CreateStream   bool
 	StreamSubjects []string
+	// CheckOnly makes New change nothing on the server (queuebox check):
+	// a missing stream that CreateStream would create is left missing and
+	// reported by StreamToCreate instead.
+	CheckOnly bool
 	// AckTimeout bounds the wait for one PubAck independently of ctx.
 	// 0: DefaultAckTimeout.
 	AckTimeout time.Duration
@@ -127,6 +131,10 @@ type Destination struct {
 	// DuplicateWindow (both asked at the relay's start).
 	subjectStreamMu sync.Mutex
 	subjectStream   string
+
+	// toCreate is the stream a CheckOnly New found missing, which New
+	// without CheckOnly creates.
+	toCreate string
 
 	// lookups remembers the JetStream lookups that classify failures.
 	lookups lookups

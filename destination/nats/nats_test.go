@@ -499,3 +499,34 @@ func TestSubjectStreamLookedUpOnce(t *testing.T) {
 		t.Fatalf("%d lookups, want 3: the stream found by StreamWarning is the one DuplicateWindow reads", n)
 	}
 }
+
+// TestCheckOnlyLeavesAMissingStreamMissing: with CheckOnly (queuebox
+// check), a stream that createStream would create is reported, not
+// created; without it, New creates it.
+func TestCheckOnlyLeavesAMissingStreamMissing(t *testing.T) {
+	t.Parallel()
+	url := testenv.NATSURL(t)
+	prefix := testenv.UniqueName("qbt")
+	name := strings.ToUpper(prefix)
+	ctx := testenv.Context(t, 10*time.Second)
+	o := natsdest.Options{Servers: []string{url}, Subject: prefix + ".{{ topic }}", Stream: name, CreateStream: true, StreamSubjects: []string{prefix + ".>"}, CheckOnly: true}
+	d := newDest(t, o)
+	if got := d.StreamToCreate(); got != name {
+		t.Fatalf("StreamToCreate = %q, want %q", got, name)
+	}
+	if err := d.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	js, _ := testenv.NATSStreamConfig(t, url, jetstream.StreamConfig{Name: testenv.UniqueName("QBTEST_"), Subjects: []string{testenv.UniqueName("unused") + ".x"}})
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	if _, err := js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("after a check-only New the stream %s: %v, want it still missing", name, err)
+	}
+	o.CheckOnly = false
+	if d := newDest(t, o); d.StreamToCreate() != "" {
+		t.Errorf("StreamToCreate after creating it = %q", d.StreamToCreate())
+	}
+	if _, err := js.Stream(ctx, name); err != nil {
+		t.Fatalf("New without CheckOnly did not create the stream: %v", err)
+	}
+}

@@ -35,6 +35,10 @@ func (d *Destination) ensureStream(ctx context.Context, o Options) error {
 		}
 		subjects = []string{d.subject.String()}
 	}
+	if o.CheckOnly {
+		d.toCreate = o.Stream
+		return nil
+	}
 	_, err = d.js.CreateStream(ctx, jetstream.StreamConfig{Name: o.Stream, Subjects: subjects, Storage: jetstream.FileStorage})
 	switch {
 	case err == nil:
@@ -47,6 +51,11 @@ func (d *Destination) ensureStream(ctx context.Context, o Options) error {
 	}
 	return nil
 }
+
+// StreamToCreate is the configured stream that a CheckOnly New found
+// missing and a New without CheckOnly creates (createStream: true); "" when
+// it exists, or when New ran without CheckOnly.
+func (d *Destination) StreamToCreate() string { return d.toCreate }
 
 // StreamWarning says what the destination cannot know about where its
 // messages will be stored, and the fix; "" when nothing is in doubt. With
