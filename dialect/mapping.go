@@ -360,6 +360,6 @@ func sortedKeys(m map[string]string) []string {
 func QueryNames() []string {
 	return []string{
 		"claim", "complete", "dead", "dead_list", "dead_release", "purge", "release", "release_expired",
-		"renew", "replay", "replay_select", "retry", "stats_backlog", "stats_counts", "stats_held_keys",
+		"renew", "replay", "replay_select", "replay_topics", "retry", "stats_backlog", "stats_counts", "stats_held_keys",
 	}
 }

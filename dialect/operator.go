@@ -34,6 +34,32 @@ type Inspector interface {
 	Replay(ctx context.Context, p ReplayParams) (ReplayResult, error)
 }
 
+// ReplaySummarizer is implemented by dialects that can say, before a
+// replay, what it would move per topic and when those rows were last
+// updated: the CLI asks it before a replay of sent rows, whose JetStream
+// messages a stream drops as duplicates within its duplicate window. It is
+// optional.
+type ReplaySummarizer interface {
+	// ReplayTopics summarises the rows p selects (DryRun and BatchSize
+	// aside) per topic.
+	ReplayTopics(ctx context.Context, p ReplayParams) (ReplaySummary, error)
+}
+
+// ReplaySummary is what ReplaySummarizer.ReplayTopics read.
+type ReplaySummary struct {
+	Now    time.Time // the database's clock when it was read
+	Topics []ReplayTopic
+}
+
+// ReplayTopic is the selected rows of one topic.
+type ReplayTopic struct {
+	Topic string
+	Rows  int64
+	// LastUpdated is the latest updatedAt of those rows (for sent rows,
+	// when the last was sent); zero when the table has no such column.
+	LastUpdated time.Time
+}
+
 // ReplayResult is what Inspector.Replay did. Moved is at most Selected: a
 // selected keyed row whose key has a row processing is left as it is
 // (moved back then, it would be its key's head while that row is out, two

@@ -39,6 +39,7 @@ func runInspector(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"InspectReplaySent", testReplaySent},
 		{"InspectReplayLeavesAKeyInFlight", testReplayLeavesAKeyInFlight},
 		{"InspectReplayReportsProgress", testReplayProgress},
+		{"InspectReplayTopics", testReplayTopics},
 		{"HoldKeepsKeyUntilReplay", testHoldReplay},
 		{"HoldReleaseKey", testHoldRelease},
 		{"HoldFlagInDeadList", testHoldFlag},
@@ -520,6 +521,36 @@ func testHoldFlag(t *testing.T, h Harness) {
 	wantAffected(t, "release", n, err, 1)
 	if got := held(); got[ids[0]] {
 		t.Fatalf("held = %v after the release", got)
+	}
+}
+
+// testReplayTopics: a ReplaySummarizer counts the rows a replay would move
+// per topic, with when the latest was sent, on the database clock.
+func testReplayTopics(t *testing.T, h Harness) {
+	ctx := testContext(t)
+	sum, ok := h.Dialect().(dialect.ReplaySummarizer)
+	if !ok {
+		t.Skip("the dialect does not implement dialect.ReplaySummarizer")
+	}
+	insert(t, ctx, h, Row{Topic: "sum.a"}, Row{Topic: "sum.a"}, Row{Topic: "sum.b"}, Row{Topic: "other.a"})
+	claimComplete(t, ctx, h.Dialect())
+	got, err := sum.ReplayTopics(ctx, dialect.ReplayParams{State: "sent", TopicPattern: "sum.*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Topics) != 2 || got.Topics[0].Topic != "sum.a" || got.Topics[0].Rows != 2 || got.Topics[1].Topic != "sum.b" || got.Topics[1].Rows != 1 {
+		t.Fatalf("topics %+v, want sum.a: 2 and sum.b: 1", got.Topics)
+	}
+	for _, tp := range got.Topics {
+		if age := got.Now.Sub(tp.LastUpdated); tp.LastUpdated.IsZero() || age < 0 || age > time.Minute {
+			t.Errorf("%s: last updated %v, database now %v: want just before it", tp.Topic, tp.LastUpdated, got.Now)
+		}
+	}
+	if got, err := sum.ReplayTopics(ctx, dialect.ReplayParams{State: "dead", TopicPattern: "sum.*"}); err != nil || len(got.Topics) != 0 || got.Now.IsZero() {
+		t.Errorf("no dead rows: %+v (%v), want no topics and the database's now", got, err)
+	}
+	if _, err := sum.ReplayTopics(ctx, dialect.ReplayParams{State: "sent"}); !errors.Is(err, dialect.ErrNoSelector) {
+		t.Errorf("without a selector: %v, want ErrNoSelector", err)
 	}
 }
 

@@ -21,6 +21,8 @@ var (
 	_ dialect.Inspector   = (*Dialect)(nil)
 	_ dialect.KeyReleaser = (*Dialect)(nil)
 	_ dialect.Purger      = (*Dialect)(nil)
+
+	_ dialect.ReplaySummarizer = (*Dialect)(nil)
 )
 
 // DefaultReplayBatch is the number of rows a replay moves per statement
@@ -173,30 +175,11 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 // batch its own short statement (and transaction), re-checking the state so
 // that a row that changed in between is left alone.
 func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.ReplayResult, error) {
-	if p.Empty() {
-		return dialect.ReplayResult{}, outbox.Permanent(dialect.ErrNoSelector)
-	}
-	from, err := p.FromState()
+	state, args, err := d.replaySelection(p)
 	if err != nil {
 		return dialect.ReplayResult{}, err
 	}
-	state := d.mapping.State(from)
-	topic, err := optTopic(p.TopicPattern)
-	if err != nil {
-		return dialect.ReplayResult{}, err
-	}
-	ids, err := d.replayIDParams(p.IDs)
-	if err != nil {
-		return dialect.ReplayResult{}, err
-	}
-	if err := p.TimeBoundsUsable(d.mapping); err != nil {
-		return dialect.ReplayResult{}, err
-	}
-	if err := p.CheckWindow(); err != nil {
-		return dialect.ReplayResult{}, err
-	}
-	rows, err := d.pool.Query(ctx, d.queries["replay_select"], state, ids, topic, optText(p.Key), optTime(p.Since), optTime(p.Until),
-		optMicros(p.SinceAgo), optMicros(p.UntilAgo))
+	rows, err := d.pool.Query(ctx, d.queries["replay_select"], args...)
 	if err != nil {
 		return dialect.ReplayResult{}, interpretError("replay_select", err)
 	}
@@ -220,6 +203,70 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.R
 		p.ReportProgress(int64(end), res.Selected)
 	}
 	return res, nil
+}
+
+// replaySelection checks p and returns the stored value of the state it
+// replays and the arguments of replay_select and replay_topics.
+func (d *Dialect) replaySelection(p dialect.ReplayParams) (string, []any, error) {
+	if p.Empty() {
+		return "", nil, outbox.Permanent(dialect.ErrNoSelector)
+	}
+	from, err := p.FromState()
+	if err != nil {
+		return "", nil, err
+	}
+	state := d.mapping.State(from)
+	topic, err := optTopic(p.TopicPattern)
+	if err != nil {
+		return "", nil, err
+	}
+	ids, err := d.replayIDParams(p.IDs)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := p.TimeBoundsUsable(d.mapping); err != nil {
+		return "", nil, err
+	}
+	if err := p.CheckWindow(); err != nil {
+		return "", nil, err
+	}
+	return state, []any{state, ids, topic, optText(p.Key), optTime(p.Since), optTime(p.Until), optMicros(p.SinceAgo), optMicros(p.UntilAgo)}, nil
+}
+
+// ReplayTopics implements dialect.ReplaySummarizer.
+func (d *Dialect) ReplayTopics(ctx context.Context, p dialect.ReplayParams) (dialect.ReplaySummary, error) {
+	var sum dialect.ReplaySummary
+	_, args, err := d.replaySelection(p)
+	if err != nil {
+		return sum, err
+	}
+	rows, err := d.pool.Query(ctx, d.queries["replay_topics"], args...)
+	if err != nil {
+		return sum, interpretError("replay_topics", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			t    dialect.ReplayTopic
+			last *time.Time
+		)
+		if err := rows.Scan(&t.Topic, &t.Rows, &last, &sum.Now); err != nil {
+			return sum, interpretError("replay_topics", err)
+		}
+		if last != nil {
+			t.LastUpdated = *last
+		}
+		sum.Topics = append(sum.Topics, t)
+	}
+	if err := rows.Err(); err != nil {
+		return sum, interpretError("replay_topics", err)
+	}
+	if sum.Now.IsZero() {
+		if err := d.pool.QueryRow(ctx, "SELECT now()").Scan(&sum.Now); err != nil {
+			return sum, interpretError("replay_topics", err)
+		}
+	}
+	return sum, nil
 }
 
 // replayIDs holds the ids a replay selected, in selection order: UUIDs as

@@ -19,8 +19,9 @@ import (
 // dialect.KeyReleaser; its dead_release and stats_held_keys statements
 // exist for query-set parity and select nothing.
 var (
-	_ dialect.Inspector = (*Dialect)(nil)
-	_ dialect.Purger    = (*Dialect)(nil)
+	_ dialect.Inspector        = (*Dialect)(nil)
+	_ dialect.Purger           = (*Dialect)(nil)
+	_ dialect.ReplaySummarizer = (*Dialect)(nil)
 )
 
 // DefaultReplayBatch is the number of rows a replay reads and moves per
@@ -179,38 +180,8 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 // one short statement (and transaction) that re-checks the state, so that
 // a row that changed in between is left alone.
 func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.ReplayResult, error) {
-	if p.Empty() {
-		return dialect.ReplayResult{}, outbox.Permanent(dialect.ErrNoSelector)
-	}
-	from, err := p.FromState()
+	state, topic, ids, err := d.replaySelection(p)
 	if err != nil {
-		return dialect.ReplayResult{}, err
-	}
-	state := d.mapping.State(from)
-	topic, err := parseTopicFilter(p.TopicPattern)
-	if err != nil {
-		return dialect.ReplayResult{}, err
-	}
-	var ids sql.NullString
-	if len(p.IDs) > 0 {
-		canon := make([]string, len(p.IDs))
-		for i, id := range p.IDs {
-			u, err := uuid.Parse(id)
-			if err != nil {
-				return dialect.ReplayResult{}, outbox.Permanent(fmt.Errorf("replay: %w: %q is not a UUID", dialect.ErrBadID, dialect.Snippet([]byte(id))))
-			}
-			canon[i] = u.String()
-		}
-		doc, err := json.Marshal(canon)
-		if err != nil {
-			return dialect.ReplayResult{}, err
-		}
-		ids = sql.NullString{String: string(doc), Valid: true}
-	}
-	if err := p.TimeBoundsUsable(d.mapping); err != nil {
-		return dialect.ReplayResult{}, err
-	}
-	if err := p.CheckWindow(); err != nil {
 		return dialect.ReplayResult{}, err
 	}
 	batch := p.Batch()
@@ -248,6 +219,94 @@ func (d *Dialect) Replay(ctx context.Context, p dialect.ReplayParams) (dialect.R
 			p.ReportProgress(res.Selected, -1)
 		}
 	}
+}
+
+// replaySelection checks p and returns the stored value of the state it
+// replays, the topic filter and the ids as a JSON array (NULL: any).
+func (d *Dialect) replaySelection(p dialect.ReplayParams) (string, topicFilter, sql.NullString, error) {
+	var ids sql.NullString
+	if p.Empty() {
+		return "", topicFilter{}, ids, outbox.Permanent(dialect.ErrNoSelector)
+	}
+	from, err := p.FromState()
+	if err != nil {
+		return "", topicFilter{}, ids, err
+	}
+	topic, err := parseTopicFilter(p.TopicPattern)
+	if err != nil {
+		return "", topicFilter{}, ids, err
+	}
+	if len(p.IDs) > 0 {
+		canon := make([]string, len(p.IDs))
+		for i, id := range p.IDs {
+			u, err := uuid.Parse(id)
+			if err != nil {
+				return "", topicFilter{}, ids, outbox.Permanent(fmt.Errorf("replay: %w: %q is not a UUID", dialect.ErrBadID, dialect.Snippet([]byte(id))))
+			}
+			canon[i] = u.String()
+		}
+		doc, err := json.Marshal(canon)
+		if err != nil {
+			return "", topicFilter{}, ids, err
+		}
+		ids = sql.NullString{String: string(doc), Valid: true}
+	}
+	if err := p.TimeBoundsUsable(d.mapping); err != nil {
+		return "", topicFilter{}, ids, err
+	}
+	if err := p.CheckWindow(); err != nil {
+		return "", topicFilter{}, ids, err
+	}
+	return d.mapping.State(from), topic, ids, nil
+}
+
+// ReplayTopics implements dialect.ReplaySummarizer: replay_topics groups by
+// the stored topic; the groups the router pattern does not match exactly
+// are left out here.
+func (d *Dialect) ReplayTopics(ctx context.Context, p dialect.ReplayParams) (dialect.ReplaySummary, error) {
+	var sum dialect.ReplaySummary
+	state, topic, ids, err := d.replaySelection(p)
+	if err != nil {
+		return sum, err
+	}
+	sinceS, sinceMS := agoParams("since_ago", p.SinceAgo)
+	untilS, untilMS := agoParams("until_ago", p.UntilAgo)
+	rows, err := d.db.QueryContext(ctx, d.queries["replay_topics"],
+		sql.Named("state", state), sql.Named("ids", ids),
+		sql.Named("topic_like", topic.param()), sql.Named("key", nullText(p.Key)),
+		sql.Named("since", nullTime(p.Since)), sql.Named("until", nullTime(p.Until)),
+		sinceS, sinceMS, untilS, untilMS)
+	if err != nil {
+		return sum, interpretError("replay_topics", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			t    dialect.ReplayTopic
+			last sql.NullTime
+			now  time.Time
+		)
+		if err := rows.Scan(&t.Topic, &t.Rows, &last, &now); err != nil {
+			return sum, interpretError("replay_topics", err)
+		}
+		sum.Now = now.UTC()
+		if last.Valid {
+			t.LastUpdated = last.Time.UTC()
+		}
+		if topic.match(t.Topic) {
+			sum.Topics = append(sum.Topics, t)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return sum, interpretError("replay_topics", err)
+	}
+	if sum.Now.IsZero() {
+		if err := d.db.QueryRowContext(ctx, "SELECT SYSUTCDATETIME()").Scan(&sum.Now); err != nil {
+			return sum, interpretError("replay_topics", err)
+		}
+		sum.Now = sum.Now.UTC()
+	}
+	return sum, nil
 }
 
 // replayPage reads one page of replay_select after the cursor, advances the
