@@ -329,6 +329,9 @@ func (c *Config) Secrets() []string {
 			}
 		}
 	}
+	for _, s := range c.Inbox.secrets() {
+		add(s)
+	}
 	return out
 }
 
@@ -370,6 +373,7 @@ func (c *Config) Redacted() *Config {
 	out.Database.Columns = cloneMap(c.Database.Columns)
 	out.Database.States = cloneMap(c.Database.States)
 	out.Routes = append([]Route(nil), c.Routes...)
+	out.Inbox = c.Inbox.redacted(secrets)
 	if c.Destinations != nil {
 		out.Destinations = make(map[string]Destination, len(c.Destinations))
 	}

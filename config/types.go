@@ -14,6 +14,7 @@ type Config struct {
 	Retention    Retention              `yaml:"retention"`
 	Destinations map[string]Destination `yaml:"destinations"`
 	Routes       []Route                `yaml:"routes"`
+	Inbox        Inbox                  `yaml:"inbox"`
 
 	warnings []string // set by Parse; see Warnings
 }

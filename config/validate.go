@@ -61,6 +61,7 @@ func (v *validator) run() {
 	v.log()
 	v.destinations()
 	v.routes()
+	v.inbox()
 }
 
 // oneOf checks that val is one of allowed, suggesting the near miss.

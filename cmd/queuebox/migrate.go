@@ -64,6 +64,9 @@ create a second one. Use 'queuebox check' to see what it lacks.
 			if err != nil {
 				return err
 			}
+			if err := migrateInbox(cmd.Context(), cfg, action, prog, res); err != nil {
+				return err
+			}
 			if output.json() {
 				return printJSON(cmd.OutOrStdout(), res.json(action))
 			}

@@ -293,6 +293,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	log.Info("relay started", "version", currentBuild().Version, "table", cfg.Database.OutboxTable, "destinations", len(rt.dests), "routes", len(cfg.Routes),
 		"batch_size", cfg.Relay.BatchSize, "max_inflight", cfg.Relay.MaxInflight, "lease", cfg.Relay.Lease.D())
+	stopInbox, err := startInbox(ctx, cfg, log, rt.metrics)
+	if err != nil {
+		return err
+	}
+	defer stopInbox()
 	go rt.refreshBacklog(ctx)
 	if p, ok := rt.db.Dialect.(dialect.Purger); ok && (cfg.Retention.Sent.MaxAge > 0 || cfg.Retention.Dead.MaxAge > 0) {
 		go relay.RunRetention(ctx, p, relay.RetentionOptions{
