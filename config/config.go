@@ -294,7 +294,8 @@ func (d Destination) AddressTemplate() string {
 }
 
 // Secrets returns every secret literal in the configuration (passwords in
-// URLs, tokens, HTTP credentials and sensitive header values), for
+// URLs, tokens, HTTP credentials, OAuth2 client secrets, webhook signing
+// secrets and sensitive header values), for
 // redact.String to remove from log lines and last_error.
 func (c *Config) Secrets() []string {
 	var out []string
@@ -322,6 +323,17 @@ func (c *Config) Secrets() []string {
 		if d.Auth != nil {
 			add(d.Auth.Bearer)
 			add(d.Auth.Password)
+			if d.Auth.OAuth2 != nil {
+				add(d.Auth.OAuth2.ClientSecret)
+			}
+		}
+		if d.Signing != nil {
+			for _, sec := range d.Signing.Secrets {
+				add(sec)
+				if key := strings.TrimPrefix(sec, "whsec_"); key != sec {
+					add(key)
+				}
+			}
 		}
 		for h, val := range d.Headers {
 			if sensitiveHeader(h) {
@@ -405,7 +417,28 @@ func (c *Config) Redacted() *Config {
 			if a.Password != "" {
 				a.Password = redactedPlaceholder
 			}
+			if a.OAuth2 != nil {
+				o := *a.OAuth2
+				if o.ClientSecret != "" {
+					o.ClientSecret = redactedPlaceholder
+				}
+				o.Scopes = append([]string(nil), o.Scopes...)
+				o.EndpointParams = cloneMap(o.EndpointParams)
+				a.OAuth2 = &o
+			}
 			d.Auth = &a
+		}
+		if d.Signing != nil {
+			sg := *d.Signing
+			sg.Secrets = make([]string, len(d.Signing.Secrets))
+			for i := range sg.Secrets {
+				sg.Secrets[i] = redactedPlaceholder
+			}
+			d.Signing = &sg
+		}
+		if d.CloudEvents != nil {
+			ce := *d.CloudEvents
+			d.CloudEvents = &ce
 		}
 		if d.Headers != nil {
 			h := make(map[string]string, len(d.Headers))

@@ -164,6 +164,8 @@ type Destination struct {
 	// AllowedHosts are the hosts a url whose scheme or host is a template
 	// may render (host, *.domain, host:port).
 	AllowedHosts []string `yaml:"allowedHosts"`
+	// Signing signs every request (Standard Webhooks).
+	Signing *Signing `yaml:"signing"`
 
 	// kafka
 	Brokers   []string `yaml:"brokers"`
@@ -191,15 +193,46 @@ type Destination struct {
 	// destination's policy drops them (a broker control header).
 	AllowHeaders []string `yaml:"allowHeaders"`
 
+	// CloudEvents, for every type, sends each row as a CloudEvent.
+	CloudEvents *CloudEvents `yaml:"cloudEvents"`
+
 	// tls, for every type that supports it
 	TLS *TLS `yaml:"tls"`
 }
 
-// Auth is HTTP authentication: a bearer token or basic credentials.
+// Auth is HTTP authentication: a bearer token, basic credentials or the
+// OAuth2 client credentials grant.
 type Auth struct {
-	Bearer   string `yaml:"bearer"`
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	Bearer   string  `yaml:"bearer"`
+	Username string  `yaml:"username"`
+	Password string  `yaml:"password"`
+	OAuth2   *OAuth2 `yaml:"oauth2"`
+}
+
+// OAuth2 is the client credentials grant: the token endpoint, the
+// client's credentials, and what the token request asks for.
+type OAuth2 struct {
+	TokenURL       string            `yaml:"tokenURL"`
+	ClientID       string            `yaml:"clientID"`
+	ClientSecret   string            `yaml:"clientSecret"` // a secret: never logged
+	Scopes         []string          `yaml:"scopes"`
+	EndpointParams map[string]string `yaml:"endpointParams"` // extra form values (audience, resource)
+}
+
+// Signing is Standard Webhooks signing: one v1 signature per secret, and a
+// v1a (ed25519) signature when privateKeyFile is set.
+type Signing struct {
+	Secrets        []string `yaml:"secrets"` // whsec_<base64>; secrets, never logged
+	PrivateKeyFile string   `yaml:"privateKeyFile"`
+}
+
+// CloudEvents sends rows as CloudEvents 1.0 in the destination protocol's
+// binding: binary (attributes in headers, body the payload) or structured
+// (the JSON event as the body). Source and Type are templates.
+type CloudEvents struct {
+	Mode   string `yaml:"mode"`   // binary (default) | structured
+	Source string `yaml:"source"` // default /queuebox/<destination name>
+	Type   string `yaml:"type"`   // default {{ topic }}
 }
 
 // SASL is Kafka SASL authentication.

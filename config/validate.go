@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"fmt"
 	"math"
 	"net"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/redact"
 	"github.com/queuebox/queuebox/router"
 	"github.com/queuebox/queuebox/suggest"
 )
@@ -317,10 +319,10 @@ func (v *validator) log() {
 
 // Keys every destination may have, and keys of each type.
 var (
-	commonKeys = []string{"type", "concurrency", "timeout", "tls", "allowHeaders"}
+	commonKeys = []string{"type", "concurrency", "timeout", "tls", "allowHeaders", "cloudEvents"}
 	typeKeys   = map[string][]string{
 		"nats":  {"servers", "subject", "subjectFrom", "subjectTokens", "stream", "createStream", "streamSubjects", "credsFile", "token", "maxPending"},
-		"http":  {"url", "allowedHosts", "headers", "auth"},
+		"http":  {"url", "allowedHosts", "headers", "auth", "signing"},
 		"kafka": {"brokers", "topic", "topicFrom", "key", "sasl", "createTopics"},
 		"amqp":  {"url", "exchange", "exchangeFrom", "exchangeType", "routingKey", "routingKeyTokens", "declareExchange"},
 	}
@@ -377,6 +379,7 @@ func (v *validator) destinations() {
 			v.fail(p+".tls", "certFile and keyFile go together")
 		}
 		v.allowHeaders(p, d)
+		v.cloudEvents(p, name, d.CloudEvents)
 		switch d.Type {
 		case "nats":
 			v.list(p+".servers", d.Servers, "nats://127.0.0.1:4222")
@@ -395,12 +398,8 @@ func (v *validator) destinations() {
 			}
 			v.allowedHosts(p, d)
 			v.headers(p, d.Headers)
-			if a := d.Auth; a != nil && a.Bearer != "" && (a.Username != "" || a.Password != "") {
-				v.fail(p+".auth", "set bearer or username/password, not both")
-			}
-			if a := d.Auth; a != nil && a.Password != "" && a.Username == "" {
-				v.fail(p+".auth.username", "required with auth.password")
-			}
+			v.auth(p, d.Auth)
+			v.signing(p+".signing", d.Signing)
 		case "kafka":
 			v.list(p+".brokers", d.Brokers, "127.0.0.1:9092")
 			for i, b := range d.Brokers {
@@ -428,6 +427,87 @@ func (v *validator) destinations() {
 			v.tokens(p+".routingKeyTokens", d.RoutingKeyTokens)
 		}
 	}
+}
+
+// auth checks an http destination's auth: one of bearer,
+// username/password and oauth2.
+func (v *validator) auth(p string, a *Auth) {
+	if a == nil {
+		return
+	}
+	if a.Bearer != "" && (a.Username != "" || a.Password != "") {
+		v.fail(p+".auth", "set bearer or username/password, not both")
+	}
+	if a.Password != "" && a.Username == "" {
+		v.fail(p+".auth.username", "required with auth.password")
+	}
+	o := a.OAuth2
+	if o == nil {
+		return
+	}
+	if a.Bearer != "" || a.Username != "" || a.Password != "" {
+		v.fail(p+".auth.oauth2", "set oauth2 or bearer or username/password, not two of them")
+	}
+	if o.TokenURL == "" {
+		v.fail(p+".auth.oauth2.tokenURL", "required: the token endpoint, https://login.example.com/oauth2/token")
+	} else if !hasScheme(o.TokenURL, "http", "https") {
+		v.fail(p+".auth.oauth2.tokenURL", "must be an http:// or https:// URL, got %q", redact.String(o.TokenURL, v.cfg.Secrets()...))
+	}
+	if o.ClientID == "" {
+		v.fail(p+".auth.oauth2.clientID", "required: the client the token endpoint knows the relay as")
+	}
+	for _, k := range sortedKeys(o.EndpointParams) {
+		if k == "" || slices.Contains([]string{"grant_type", "client_id", "client_secret", "scope"}, k) {
+			v.fail(p+".auth.oauth2.endpointParams", "%q is set by the grant itself (use clientID, clientSecret and scopes)", k)
+		}
+	}
+}
+
+// minSigningKey is the shortest signing key Standard Webhooks recommends.
+const minSigningKey = 24
+
+// signing checks Standard Webhooks signing: whsec_ secrets (base64), or a
+// private key file.
+func (v *validator) signing(p string, s *Signing) {
+	if s == nil {
+		return
+	}
+	if len(s.Secrets) == 0 && s.PrivateKeyFile == "" {
+		v.fail(p, "set secrets: [whsec_...] (or privateKeyFile for v1a signatures)")
+	}
+	for i, sec := range s.Secrets {
+		path := fmt.Sprintf("%s.secrets[%d]", p, i)
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(sec, "whsec_"))
+		switch {
+		case err != nil || !strings.HasPrefix(sec, "whsec_"):
+			v.fail(path, "not whsec_ followed by base64 (make one with: echo whsec_$(openssl rand -base64 32))")
+		case len(key) == 0:
+			v.fail(path, "empty secret")
+		case len(key) < minSigningKey:
+			v.warn(path, "a %d-byte key; Standard Webhooks recommends %d to 64 bytes (echo whsec_$(openssl rand -base64 32))", len(key), minSigningKey)
+		}
+	}
+}
+
+// cloudEvents checks a destination's cloudEvents and fills in its
+// defaults: mode binary, source /queuebox/<name>, type {{ topic }}.
+func (v *validator) cloudEvents(p, name string, ce *CloudEvents) {
+	if ce == nil {
+		return
+	}
+	p += ".cloudEvents"
+	if ce.Mode == "" {
+		ce.Mode = "binary"
+	}
+	v.oneOf(p+".mode", ce.Mode, "binary", "structured")
+	if ce.Source == "" {
+		ce.Source = "/queuebox/" + name
+	}
+	if ce.Type == "" {
+		ce.Type = "{{ topic }}"
+	}
+	v.template(p+".source", ce.Source, true)
+	v.template(p+".type", ce.Type, true)
 }
 
 // tokens checks subjectTokens and routingKeyTokens: single (the default)

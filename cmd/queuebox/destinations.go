@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/queuebox/queuebox/destination/cloudevents"
+
 	"github.com/queuebox/queuebox/config"
 	"github.com/queuebox/queuebox/destination"
 	amqpdest "github.com/queuebox/queuebox/destination/amqp"
@@ -93,6 +95,13 @@ func droppedHeaders(name string, log *slog.Logger, secrets []string, count func(
 // switch on its type, the only place that knows the concrete adapters.
 // countDropped, when not nil, counts each row header the destination drops.
 func openDestination(ctx context.Context, name string, d config.Destination, cfg *config.Config, log *slog.Logger, countDropped func(dest string)) (destination.Destination, error) {
+	return openDestinationFor(ctx, name, d, cfg, log, countDropped, false)
+}
+
+// openDestinationFor is openDestination; checkOnly opens it without
+// changing anything on its server (queuebox check, replay's look at the
+// duplicate window): a JetStream stream to create is only reported.
+func openDestinationFor(ctx context.Context, name string, d config.Destination, cfg *config.Config, log *slog.Logger, countDropped func(dest string), checkOnly bool) (destination.Destination, error) {
 	concurrency := hardConcurrency(cfg, d)
 	tc, err := tlsConfig(d.TLS)
 	if err != nil {
@@ -113,11 +122,13 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			Stream:          d.Stream,
 			CreateStream:    d.StreamCreate,
 			StreamSubjects:  d.StreamSubjects,
+			CheckOnly:       checkOnly,
 			AckTimeout:      d.Timeout.D(),
 			TLS:             tc,
 			AllowHeaders:    d.AllowHeaders,
 			OnDroppedHeader: onDropped,
 			Secrets:         secrets,
+			CloudEvents:     cloudEvents(d.CloudEvents),
 		}
 		return natsdest.New(ctx, o, log)
 	case "http":
@@ -133,9 +144,8 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			OnDroppedHeader: onDropped,
 			Secrets:         secrets,
 		}
-		if d.Auth != nil {
-			o.Auth = &httpdest.Auth{Bearer: d.Auth.Bearer, Username: d.Auth.Username, Password: d.Auth.Password}
-		}
+		o.Auth, o.Signing = httpAuth(d.Auth), httpSigning(d.Signing)
+		o.CloudEvents = cloudEvents(d.CloudEvents)
 		return httpdest.New(ctx, o, log)
 	case "kafka":
 		o := kafkadest.Options{
@@ -149,6 +159,7 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 
 			AllowHeaders:    d.AllowHeaders,
 			OnDroppedHeader: onDropped,
+			CloudEvents:     cloudEvents(d.CloudEvents),
 		}
 		if d.SASL != nil {
 			o.SASL = &kafkadest.SASL{Mechanism: d.SASL.Mechanism, Username: d.SASL.Username, Password: d.SASL.Password}
@@ -169,8 +180,39 @@ func openDestination(ctx context.Context, name string, d config.Destination, cfg
 			AllowHeaders:     d.AllowHeaders,
 			OnDroppedHeader:  onDropped,
 			Secrets:          secrets,
+			CloudEvents:      cloudEvents(d.CloudEvents),
 		}, log)
 	default:
 		return nil, fmt.Errorf("destination type %q is not supported by this build", d.Type)
 	}
+}
+
+// cloudEvents is the CloudEvents options of a destination; nil when off.
+func cloudEvents(c *config.CloudEvents) *cloudevents.Options {
+	if c == nil {
+		return nil
+	}
+	return &cloudevents.Options{Mode: c.Mode, Source: c.Source, Type: c.Type}
+}
+
+// httpAuth is the credentials of an http destination; nil when none.
+func httpAuth(a *config.Auth) *httpdest.Auth {
+	if a == nil {
+		return nil
+	}
+	out := &httpdest.Auth{Bearer: a.Bearer, Username: a.Username, Password: a.Password}
+	if o := a.OAuth2; o != nil {
+		out.OAuth2 = &httpdest.OAuth2{TokenURL: o.TokenURL, ClientID: o.ClientID, ClientSecret: o.ClientSecret,
+			Scopes: o.Scopes, EndpointParams: o.EndpointParams}
+	}
+	return out
+}
+
+// httpSigning is the Standard Webhooks signing of an http destination;
+// nil when off.
+func httpSigning(s *config.Signing) *httpdest.Signing {
+	if s == nil {
+		return nil
+	}
+	return &httpdest.Signing{Secrets: s.Secrets, PrivateKeyFile: s.PrivateKeyFile}
 }

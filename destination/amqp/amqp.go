@@ -32,6 +32,7 @@ import (
 
 	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/cloudevents"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -113,6 +114,9 @@ type Options struct {
 	// Secrets are removed from the text of errors that quote a bounded
 	// part of a row value (a routing key too long to show whole).
 	Secrets []string
+	// CloudEvents, when set, sends every row as a CloudEvent in the AMQP
+	// binding's binary (cloudEvents:* headers) or structured mode.
+	CloudEvents *cloudevents.Options
 }
 
 // Destination publishes outbox messages to RabbitMQ.
@@ -125,6 +129,7 @@ type Destination struct {
 	tokens   address.TokenRule
 	filter   *destination.HeaderFilter
 	secrets  []string
+	events   *cloudevents.Encoder // nil: rows are not sent as CloudEvents
 
 	// dial is replaced by tests to reach the TCP connection.
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -199,6 +204,12 @@ func newDestination(ctx context.Context, opts Options, log *slog.Logger, dial fu
 	if err != nil {
 		return nil, fmt.Errorf("amqp destination %q: routingKey: %w", opts.Name, err)
 	}
+	var events *cloudevents.Encoder
+	if opts.CloudEvents != nil {
+		if events, err = cloudevents.New(*opts.CloudEvents); err != nil {
+			return nil, fmt.Errorf("amqp destination %q: %w", opts.Name, err)
+		}
+	}
 	red := redactURI(uri)
 	d := &Destination{
 		opts:     opts,
@@ -210,6 +221,7 @@ func newDestination(ctx context.Context, opts Options, log *slog.Logger, dial fu
 		filter:   destination.NewHeaderFilter(opts.AllowHeaders, opts.OnDroppedHeader),
 		secrets:  append(append([]string(nil), opts.Secrets...), uri.Password),
 		known:    map[string]bool{},
+		events:   events,
 		dial:     dial,
 		waitClose: func(dead <-chan struct{}) {
 			select {

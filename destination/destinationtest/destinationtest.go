@@ -90,7 +90,8 @@ type Harness struct {
 
 // Features says what an adapter promises beyond the baseline. The baseline
 // (always tested): identity = row id, body = payload bytes, X-Topic and
-// X-Attempt headers, row headers added without overriding identity, a large
+// X-Attempt headers, row headers added without overriding identity, the
+// row's traceparent and tracestate delivered as they are, a large
 // batch accepted without loss, empty batch is a no-op, a cancelled ctx makes
 // Publish fail without hanging, Close is idempotent and Publish after Close
 // fails.
@@ -153,6 +154,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness, f Features) {
 		{"IdentityAndBody", s.identityAndBody, ""},
 		{"Headers", s.headers, ""},
 		{"RowHeadersCannotOverrideIdentity", s.rowHeadersCannotOverrideIdentity, ""},
+		{"TraceContextPassesThrough", s.traceContext, ""},
 		{"RowControlHeadersDropped", s.rowControlHeadersDropped, skipUnless(len(f.ControlHeaders) > 0, "ControlHeaders")},
 		{"LargeBatchNoLoss", s.largeBatch, ""},
 		{"OrderWithinKey", s.orderWithinKey, skipUnless(f.OrderedPerKey, "OrderedPerKey")},
@@ -389,6 +391,22 @@ func (s *suite) rowHeadersCannotOverrideIdentity(t *testing.T) {
 			if v, _ := r.Header(name); v != m.ID {
 				t.Errorf("message %s: identity header %s = %q, want the id (row header must not override it)", m.ID, name, v)
 			}
+		}
+	}
+}
+
+// traceContext: a row's W3C trace context (traceparent, tracestate) reaches
+// the receiver as it is, so that a consumer continues the producer's trace.
+func (s *suite) traceContext(t *testing.T) {
+	h := s.harness(t)
+	m := s.message(h, 0)
+	m.Headers["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	m.Headers["tracestate"] = "vendor=opaque,other=1"
+	s.publish(t, h, []outbox.Message{m})
+	got, _ := s.collect(t, h, []outbox.Message{m})
+	for _, name := range []string{"traceparent", "tracestate"} {
+		if v, _ := got[m.ID].Header(name); v != m.Headers[name] {
+			t.Errorf("message %s: %s = %q, want the row's %q", m.ID, name, v, m.Headers[name])
 		}
 	}
 }

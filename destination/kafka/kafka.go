@@ -33,6 +33,7 @@ import (
 
 	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/cloudevents"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -111,6 +112,9 @@ type Options struct {
 	// OnDroppedHeader is called with the name of each row header not
 	// sent (nil: not reported).
 	OnDroppedHeader func(name string)
+	// CloudEvents, when set, sends every row as a CloudEvent in the Kafka
+	// binding's binary (ce_* headers) or structured mode.
+	CloudEvents *cloudevents.Options
 }
 
 // Destination writes outbox messages to Kafka.
@@ -124,6 +128,7 @@ type Destination struct {
 	brokers   []string
 	create    bool
 	filter    *destination.HeaderFilter
+	events    *cloudevents.Encoder // nil: rows are not sent as CloudEvents
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -159,6 +164,12 @@ func New(opts Options, log *slog.Logger) (*Destination, error) {
 	mech, err := saslMechanism(opts.SASL)
 	if err != nil {
 		return nil, fmt.Errorf("kafka destination %q: sasl: %w", opts.Name, err)
+	}
+	var events *cloudevents.Encoder
+	if opts.CloudEvents != nil {
+		if events, err = cloudevents.New(*opts.CloudEvents); err != nil {
+			return nil, fmt.Errorf("kafka destination %q: %w", opts.Name, err)
+		}
 	}
 	if opts.BatchTimeout <= 0 {
 		opts.BatchTimeout = DefaultBatchTimeout
@@ -214,6 +225,7 @@ func New(opts Options, log *slog.Logger) (*Destination, error) {
 		brokers:   append([]string(nil), opts.Brokers...),
 		create:    opts.CreateTopics,
 		filter:    destination.NewHeaderFilter(opts.AllowHeaders, opts.OnDroppedHeader),
+		events:    events,
 	}, nil
 }
 
@@ -249,7 +261,12 @@ func (d *Destination) Record(m *outbox.Message) (kafkago.Message, error) {
 	if err != nil {
 		return kafkago.Message{}, err
 	}
-	rec := kafkago.Message{Topic: topic, Value: m.Payload, Headers: headers(m, d.filter)}
+	rec := kafkago.Message{Topic: topic, Value: m.Payload, Headers: headers(m, d.filter, d.events != nil)}
+	if d.events != nil {
+		if rec.Value, rec.Headers, err = d.event(m, rec.Headers); err != nil {
+			return kafkago.Message{}, err
+		}
+	}
 	if key != "" {
 		rec.Key = []byte(key)
 	}
@@ -261,7 +278,7 @@ func (d *Destination) Record(m *outbox.Message) (kafkago.Message, error) {
 // one of the three (any case) is dropped, as on the NATS and HTTP
 // destinations: X-Attempt is 0 on the first delivery, and no
 // row can say otherwise.
-func Headers(m *outbox.Message) []kafkago.Header { return headers(m, nil) }
+func Headers(m *outbox.Message) []kafkago.Header { return headers(m, nil, false) }
 
 // ownHeader reports a header name queuebox sets on every record, in any
 // case: a row header of that name is never sent.
@@ -269,8 +286,10 @@ func ownHeader(k string) bool {
 	return strings.EqualFold(k, HeaderMessageID) || strings.EqualFold(k, HeaderTopic) || strings.EqualFold(k, HeaderAttempt)
 }
 
-// headers is Headers reporting each row header dropped to f.
-func headers(m *outbox.Message, f *destination.HeaderFilter) []kafkago.Header {
+// headers is Headers reporting each row header dropped to f; with events,
+// a row header in the CloudEvents namespace (ce_*, content-type) is
+// dropped too.
+func headers(m *outbox.Message, f *destination.HeaderFilter, events bool) []kafkago.Header {
 	hs := make([]kafkago.Header, 0, 3+len(m.Headers))
 	hs = append(hs,
 		kafkago.Header{Key: HeaderMessageID, Value: []byte(m.ID)},
@@ -278,7 +297,7 @@ func headers(m *outbox.Message, f *destination.HeaderFilter) []kafkago.Header {
 		kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(m.Attempt))})
 	names := make([]string, 0, len(m.Headers))
 	for k := range m.Headers {
-		if ownHeader(k) {
+		if ownHeader(k) || events && cloudevents.InNamespace(k, ceHeaderPrefix) {
 			f.Dropped(k)
 			continue
 		}
@@ -289,6 +308,30 @@ func headers(m *outbox.Message, f *destination.HeaderFilter) []kafkago.Header {
 		hs = append(hs, kafkago.Header{Key: k, Value: []byte(m.Headers[k])})
 	}
 	return hs
+}
+
+// ceHeaderPrefix is the prefix of the CloudEvents attributes in Kafka
+// headers (binary mode); the content type is the content-type header.
+const ceHeaderPrefix = "ce_"
+
+// event returns the record value and headers of m as a CloudEvent: in
+// binary mode the payload, with ce_* and content-type headers; in
+// structured mode the event, with content-type.
+func (d *Destination) event(m *outbox.Message, hs []kafkago.Header) ([]byte, []kafkago.Header, error) {
+	if d.events.Structured() {
+		ev, err := d.events.Event(m)
+		hs = append(hs, kafkago.Header{Key: "content-type", Value: []byte(cloudevents.ContentTypeStructured)})
+		return ev, hs, err
+	}
+	attrs, err := d.events.Attributes(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, a := range attrs {
+		hs = append(hs, kafkago.Header{Key: ceHeaderPrefix + a.Name, Value: []byte(a.Value)})
+	}
+	hs = append(hs, kafkago.Header{Key: "content-type", Value: []byte(cloudevents.DataContentType)})
+	return m.Payload, hs, nil
 }
 
 // Publish writes msgs and waits for acks from all in-sync replicas. It

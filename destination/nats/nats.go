@@ -31,6 +31,7 @@ import (
 
 	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/cloudevents"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -101,6 +102,9 @@ type Options struct {
 	// Secrets are removed from the text of errors that quote a bounded
 	// part of a row value (a subject too long to show whole).
 	Secrets []string
+	// CloudEvents, when set, sends every row as a CloudEvent in the NATS
+	// binding's binary (ce-* headers) or structured mode.
+	CloudEvents *cloudevents.Options
 }
 
 // Destination publishes to NATS JetStream. It is safe for concurrent use.
@@ -138,6 +142,8 @@ type Destination struct {
 
 	// lookups remembers the JetStream lookups that classify failures.
 	lookups lookups
+
+	events *cloudevents.Encoder // nil: rows are not sent as CloudEvents
 }
 
 var (
@@ -171,6 +177,12 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 	if err != nil {
 		return nil, err
 	}
+	var events *cloudevents.Encoder
+	if o.CloudEvents != nil {
+		if events, err = cloudevents.New(*o.CloudEvents); err != nil {
+			return nil, fmt.Errorf("nats destination %q: %w", o.Name, err)
+		}
+	}
 	servers := redactURLs(o.Servers)
 	denied := newDenials(o.AckTimeout)
 	nc, err := nats.Connect(strings.Join(o.Servers, ","), connOptions(o, log, denied)...)
@@ -201,6 +213,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*Destination, error)
 		servers:   servers,
 		denied:    denied,
 		closed:    make(chan struct{}),
+		events:    events,
 	}
 	if err := d.ensureStream(ctx, o); err != nil {
 		nc.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/queuebox/queuebox/destination"
+	"github.com/queuebox/queuebox/destination/cloudevents"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -271,6 +272,8 @@ func (d *Destination) dropHeader(k, v string) bool {
 	switch {
 	case reserved(k), destination.ContainsFold(k, "msg-id"), destination.ContainsFold(v, identityText):
 		return true
+	case d.events != nil && cloudevents.InNamespace(k, ceHeaderPrefix):
+		return true
 	case destination.HasPrefixFold(k, "nats-"):
 		return !d.headers.Allowed(k)
 	}
@@ -315,10 +318,40 @@ func (d *Destination) natsMsg(subj string, m *outbox.Message) (*nats.Msg, int, e
 	if m.Key != "" {
 		set(HeaderMessageKey, m.Key)
 	}
+	body, err := d.event(m, set)
+	if err != nil {
+		return nil, 0, err
+	}
 	if hdrSize > maxHeaderBytes {
 		return nil, 0, outbox.Permanent(fmt.Errorf("the message's headers take %d bytes, more than JetStream's limit of %d (send fewer or smaller row headers)", hdrSize, maxHeaderBytes))
 	}
-	return &nats.Msg{Subject: subj, Header: h, Data: m.Payload}, len(subj) + hdrSize + len(m.Payload), nil
+	return &nats.Msg{Subject: subj, Header: h, Data: body}, len(subj) + hdrSize + len(body), nil
+}
+
+// ceHeaderPrefix is the prefix of the CloudEvents attributes in NATS
+// headers (binary mode); the content type is the content-type header.
+const ceHeaderPrefix = "ce-"
+
+// event sets the CloudEvents headers of m, when the destination sends
+// events, and returns the body: the payload, or the event in structured
+// mode.
+func (d *Destination) event(m *outbox.Message, set func(k, v string)) ([]byte, error) {
+	switch {
+	case d.events == nil:
+		return m.Payload, nil
+	case d.events.Structured():
+		set("content-type", cloudevents.ContentTypeStructured)
+		return d.events.Event(m)
+	}
+	attrs, err := d.events.Attributes(m)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range attrs {
+		set(ceHeaderPrefix+a.Name, cloudevents.HeaderValue(a.Value))
+	}
+	set("content-type", cloudevents.DataContentType)
+	return m.Payload, nil
 }
 
 // validHeaderName is nats.go's rule for a header name: printable ASCII
