@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -95,19 +94,4 @@ func describePlan(p *postgres.TablePlan) (mode string, notes []string) {
 		return "", nil
 	}
 	return fmt.Sprintf("claim mode %s (%s)", p.Mode, p.Why), p.Notes
-}
-
-// printPlan writes the claim mode and the absent columns for check.
-func printPlan(w io.Writer, p *postgres.TablePlan) {
-	mode, notes := describePlan(p)
-	if mode == "" || p.Mode == "" {
-		return
-	}
-	fmt.Fprintf(w, "ok    %s\n", mode)
-	for _, n := range notes {
-		fmt.Fprintf(w, "info  %s\n", n)
-	}
-	for _, n := range p.Warnings {
-		fmt.Fprintf(w, "warn  %s\n", n)
-	}
 }

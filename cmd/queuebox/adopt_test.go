@@ -397,10 +397,12 @@ func mustRead(t *testing.T, path string) string {
 func TestPrintPlanMarksWarnings(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
-	printPlan(&b, &postgres.TablePlan{Mode: postgres.ModeLock, Why: "relay.claimMode: lock",
+	rep := &checkReport{}
+	rep.plan(&postgres.TablePlan{Mode: postgres.ModeLock, Why: "relay.claimMode: lock",
 		Notes: []string{"column key (key) not found: no per-key ordering"}, Warnings: []string{"autovacuum is off on this server"}})
+	_ = rep.printText(&b)
 	want := "ok    claim mode lock (relay.claimMode: lock)\ninfo  column key (key) not found: no per-key ordering\nwarn  autovacuum is off on this server\n"
 	if b.String() != want {
-		t.Errorf("printPlan:\n%s\nwant:\n%s", b.String(), want)
+		t.Errorf("check's plan findings:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
