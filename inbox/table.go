@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -86,6 +85,9 @@ type Table struct {
 	receive string
 	push    string
 	lookup  string
+	// receiveBatch stores several receives at once (Batch).
+	receiveBatch string
+	batch        *batcher
 }
 
 // Mapping is the inbox table's layout: the outbox mapping of its shared
@@ -145,58 +147,66 @@ func NewTable(pool *pgxpool.Pool, o TableOptions) (*Table, error) {
 	if out.TableName() == "" {
 		out = dialect.DefaultMapping()
 	}
-	q, err := renderSQL(m, out, "receive", "receive_push", "lookup")
+	q, err := renderSQL(m, out, "receive", "receive_push", "receive_batch", "lookup")
 	if err != nil {
 		return nil, err
 	}
-	return &Table{pool: pool, mapping: m, receive: q["receive"], push: q["receive_push"], lookup: q["lookup"]}, nil
+	return &Table{pool: pool, mapping: m, receive: q["receive"], push: q["receive_push"], receiveBatch: q["receive_batch"], lookup: q["lookup"]}, nil
 }
 
 // Mapping is the table's layout.
 func (t *Table) Mapping() Mapping { return t.mapping }
 
-// Statements returns the receive statements (pull, push), for reading.
-func (t *Table) Statements() (pull, push string) { return t.receive, t.push }
+// Statements returns the receive statements (pull, push, batch), for
+// reading and for checking them at start.
+func (t *Table) Statements() []string { return []string{t.receive, t.push, t.receiveBatch} }
 
 // Receive stores r with one INSERT ... ON CONFLICT DO NOTHING (for a push
 // source, one statement that also writes the outbox row) and reports
 // whether it was new. It returns after the commit: a Receipt means the
 // message is durable.
 func (t *Table) Receive(ctx context.Context, r Row) (Receipt, error) {
+	if t.batch != nil {
+		return t.batch.receive(ctx, r)
+	}
+	return t.receiveOne(ctx, r)
+}
+
+func (t *Table) receiveOne(ctx context.Context, r Row) (Receipt, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Receipt{}, err
 	}
-	headers := []byte("{}")
-	if len(r.Headers) > 0 {
-		if headers, err = json.Marshal(r.Headers); err != nil {
-			return Receipt{}, err
-		}
+	headers, err := encodeHeaders(r.Headers)
+	if err != nil {
+		return Receipt{}, err
 	}
 	var key any
 	if r.Key != "" {
 		key = r.Key
 	}
-	maxAttempts := r.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = DefaultMaxAttempts
-	}
 	stmt := t.push
 	if r.Pull {
 		stmt = t.receive
 	}
-	tag, err := t.pool.Exec(ctx, stmt, id.String(), r.Source, r.IdempotencyKey, r.Topic, key, string(r.Payload), string(headers), maxAttempts)
+	tag, err := t.pool.Exec(ctx, stmt, id.String(), r.Source, r.IdempotencyKey, r.Topic, key, string(r.Payload), headers, maxAttempts(r))
 	if err != nil {
 		return Receipt{}, classify(err)
 	}
 	if tag.RowsAffected() == 1 {
 		return Receipt{ID: id.String()}, nil
 	}
+	return t.duplicate(ctx, r), nil
+}
+
+// duplicate is the receipt of a repeated idempotency key, with the first
+// message's id when it can be read.
+func (t *Table) duplicate(ctx context.Context, r Row) Receipt {
 	var first string
-	if err := t.pool.QueryRow(ctx, t.lookup, r.Source, r.IdempotencyKey).Scan(&first); err != nil {
-		return Receipt{Duplicate: true}, nil // the key is taken; its id could not be read
+	if err := t.pool.QueryRow(context.WithoutCancel(ctx), t.lookup, r.Source, r.IdempotencyKey).Scan(&first); err != nil {
+		return Receipt{Duplicate: true}
 	}
-	return Receipt{ID: first, Duplicate: true}, nil
+	return Receipt{ID: first, Duplicate: true}
 }
 
 // classify marks the errors of a row the database refuses (data

@@ -65,7 +65,7 @@ func startInbox(ctx context.Context, cfg *config.Config, log *slog.Logger, m *me
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	stopAll := func() { cancel(); s.wg.Wait(); s.pool.Close() }
+	stopAll := func() { cancel(); s.wg.Wait(); s.table.Close(); s.pool.Close() }
 	if err := s.startSources(rctx, names); err != nil {
 		stopAll()
 		return nil, err
@@ -108,6 +108,7 @@ func (s *inboxService) openTable(ctx context.Context) error {
 		s.pool.Close()
 		return err
 	}
+	s.table.Batch(max(in.MaxConns/2, 1))
 	return nil
 }
 
@@ -119,8 +120,7 @@ func (s *inboxService) checkStatements(ctx context.Context) error {
 		return err
 	}
 	defer conn.Release()
-	pull, push := s.table.Statements()
-	for _, q := range []string{pull, push} {
+	for _, q := range s.table.Statements() {
 		if _, err := conn.Conn().Prepare(ctx, "", q); err != nil {
 			return fmt.Errorf("inbox.table %s: %v (run 'queuebox migrate' with the inbox configured to create it)", s.cfg.Inbox.Table, err)
 		}
