@@ -8,10 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/outbox"
@@ -233,7 +236,7 @@ func (w *Writer) WritePgx(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]st
 	if w.dialect != PostgreSQL {
 		return nil, fmt.Errorf("producer: WritePgx needs the postgresql dialect, the writer is %s", w.dialect)
 	}
-	return w.write(msgs, tx == nil, func(stmt string, args []any) (int64, error) {
+	return w.write(ctx, msgs, tx == nil, func(stmt string, args []any) (int64, error) {
 		var n int64
 		err := tx.QueryRow(ctx, stmt, args...).Scan(&n)
 		return n, err
@@ -243,7 +246,7 @@ func (w *Writer) WritePgx(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]st
 // WriteSQL writes msgs in tx (database/sql: PostgreSQL through pgx's stdlib
 // driver, or SQL Server through go-mssqldb) and returns their ids in order.
 func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...Message) ([]string, error) {
-	return w.write(msgs, tx == nil, func(stmt string, args []any) (int64, error) {
+	return w.write(ctx, msgs, tx == nil, func(stmt string, args []any) (int64, error) {
 		if w.dialect == SQLServer {
 			res, err := tx.ExecContext(ctx, stmt, args...)
 			if err != nil {
@@ -257,13 +260,16 @@ func (w *Writer) WriteSQL(ctx context.Context, tx *sql.Tx, msgs ...Message) ([]s
 	})
 }
 
-func (w *Writer) write(msgs []Message, nilTx bool, exec func(stmt string, args []any) (int64, error)) ([]string, error) {
+func (w *Writer) write(ctx context.Context, msgs []Message, nilTx bool, exec func(stmt string, args []any) (int64, error)) ([]string, error) {
 	rows, ids, err := prepare(msgs, w.dialect)
 	if err != nil {
 		return nil, err
 	}
 	if err := w.storable(msgs); err != nil {
 		return nil, err
+	}
+	if w.mapping.Has(dialect.ColHeaders) {
+		addTraceContext(ctx, rows)
 	}
 	if nilTx {
 		return nil, ErrNoTransaction
@@ -295,6 +301,29 @@ func (w *Writer) write(msgs []Message, nilTx bool, exec func(stmt string, args [
 		}
 	}
 	return ids, nil
+}
+
+// addTraceContext writes the W3C trace context of ctx (the caller's span,
+// if any: traceparent, and tracestate when set) into the headers of every
+// row that has no traceparent of its own, so that the relay's span, and
+// the consumer's, continue the caller's trace.
+func addTraceContext(ctx context.Context, rows []row) {
+	tc := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, tc)
+	if tc["traceparent"] == "" {
+		return
+	}
+	for i := range rows {
+		if slices.ContainsFunc(slices.Collect(maps.Keys(rows[i].Headers)), isTraceHeader) {
+			continue
+		}
+		maps.Copy(rows[i].Headers, tc)
+	}
+}
+
+// isTraceHeader reports a W3C trace context header name, in any case.
+func isTraceHeader(name string) bool {
+	return strings.EqualFold(name, "traceparent") || strings.EqualFold(name, "tracestate")
 }
 
 // storable refuses, before the database is touched, a message that sets a

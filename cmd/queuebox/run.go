@@ -18,8 +18,10 @@ import (
 	"github.com/queuebox/queuebox/destination"
 	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/metrics"
+	"github.com/queuebox/queuebox/redact"
 	"github.com/queuebox/queuebox/relay"
 	"github.com/queuebox/queuebox/router"
+	"github.com/queuebox/queuebox/tracing"
 )
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -83,6 +85,9 @@ type relayRuntime struct {
 	// stopListen ends the wake-on-commit listener (relay.notify); nil
 	// when it is off.
 	stopListen func()
+	// tracing follows each delivered row with a span when the OTEL_*
+	// environment turns it on; Close flushes it.
+	tracing *tracing.Tracing
 }
 
 // newRuntime connects to the database and every destination and builds the
@@ -141,6 +146,9 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		return nil, err
 	}
 	// --- end wake on commit ---
+	if rt.tracing, err = setupTracing(ctx, cfg, log); err != nil {
+		return nil, err
+	}
 	// The engine gets the dialect itself, not the database around it: it
 	// asks the dialect for what it can do beyond dialect.Dialect
 	// (dialect.BatchCommitter in lock mode), which a wrapper would hide.
@@ -170,6 +178,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *r
 		Secrets:  cfg.Secrets(),
 		Wake:     wake,
 		Arm:      arm,
+		Tracer:   relayTracer(rt.tracing),
 	})
 	if err != nil {
 		return nil, err
@@ -233,6 +242,15 @@ func (rt *relayRuntime) Close() {
 		rt.stopListen()
 		rt.stopListen = nil
 	}
+	if rt.tracing != nil {
+		// The spans of the last rows are still buffered: export them.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := rt.tracing.Shutdown(ctx); err != nil {
+			rt.log.Warn("tracing: flushing spans at shutdown", "err", redact.String(err.Error(), rt.cfg.Secrets()...))
+		}
+		cancel()
+		rt.tracing = nil
+	}
 	for name, d := range rt.dests {
 		if err := d.Close(); err != nil {
 			rt.log.Warn("closing destination", "destination", name, "err", err)
@@ -243,6 +261,26 @@ func (rt *relayRuntime) Close() {
 		rt.db.Close()
 		rt.db = nil
 	}
+}
+
+// setupTracing reads the OTEL_* environment: tracing is off (and nothing
+// is dialled) unless OTEL_TRACES_EXPORTER is set.
+func setupTracing(ctx context.Context, cfg *config.Config, log *slog.Logger) (*tracing.Tracing, error) {
+	systems := make(map[string]string, len(cfg.Destinations))
+	for name, d := range cfg.Destinations {
+		systems[name] = tracing.SystemOf(d.Type)
+	}
+	return tracing.Setup(ctx, tracing.Options{LookupEnv: os.LookupEnv, Systems: systems, Secrets: cfg.Secrets(),
+		Version: currentBuild().Version, Logger: log})
+}
+
+// relayTracer is the engine's tracer: nil when tracing is off, so that the
+// publish path does no tracing work.
+func relayTracer(t *tracing.Tracing) relay.Tracer {
+	if t == nil || !t.Enabled() {
+		return nil
+	}
+	return t
 }
 
 func newRouter(cfg *config.Config) (*router.Router, error) {
