@@ -57,6 +57,10 @@ lint: ## gofmt and go vet (and staticcheck when installed).
 	$(GO) vet ./...
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
 
+.PHONY: docs
+docs: ## Regenerate the command reference in docs/cli.md from the commands.
+	$(GO) generate ./cmd/queuebox
+
 .PHONY: bench
 bench: build ## Run the throughput/latency benchmark against local PostgreSQL and NATS.
 	./$(BIN) bench $(BENCH_FLAGS)

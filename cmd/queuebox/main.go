@@ -6,6 +6,10 @@
 // Exit status: 0 on success, 1 on failure, 2 on a usage error.
 package main
 
+// docs/cli.md describes the commands; its reference part is generated from
+// them, and TestCLIReference fails when the two differ.
+//go:generate go test -run ^TestCLIReference$ -update .
+
 import (
 	"context"
 	"errors"
