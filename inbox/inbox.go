@@ -12,7 +12,9 @@
 //
 // A rolled-back transaction forgets the id, so the redelivery is applied.
 //
-// FromHTTP reads the id of an HTTP delivery; the helpers for the broker
+// FromHTTP reads the id of an HTTP delivery, and ContextFromHTTP its trace
+// context (the traceparent of the relay's span), so that the consumer's
+// span continues the producer's trace; the helpers for the broker
 // clients live in subpackages (natsinbox, kafkainbox, amqpinbox) so that a
 // consumer links only the client library it uses.
 package inbox
@@ -32,6 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Dialect is the database of the inbox table.
@@ -292,4 +295,15 @@ func FromHTTP(r *http.Request) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// ContextFromHTTP returns ctx carrying the W3C trace context of an HTTP
+// delivery (its traceparent and tracestate headers) as the remote parent:
+// a span the consumer starts from it is a child of the relay's span.
+// Without a valid traceparent, ctx is returned as it is.
+func ContextFromHTTP(ctx context.Context, r *http.Request) context.Context {
+	if r == nil {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
 }

@@ -28,6 +28,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/queuebox/queuebox/inbox"
 	"github.com/queuebox/queuebox/inbox/natsinbox"
@@ -136,8 +138,16 @@ type applier struct {
 	log   *slog.Logger
 }
 
-// handle applies one delivery exactly once, then acks it.
+// handle applies one delivery exactly once, then acks it. Its span is the
+// child of the relay's span (the message's traceparent), so one trace runs
+// from the producer's request through the outbox, the relay and JetStream
+// to here; spans are exported once the program sets an OpenTelemetry
+// TracerProvider (otel.SetTracerProvider), and otherwise only the trace id
+// is logged.
 func (a *applier) handle(ctx context.Context, m jetstream.Msg) error {
+	ctx, span := otel.Tracer("jetstreamconsumer").Start(natsinbox.ContextFromJetStream(ctx, m), "process "+m.Subject(),
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
 	id, ok := natsinbox.FromJetStream(m)
 	if !ok {
 		// Without an id there is nothing to deduplicate on: refuse it
@@ -171,7 +181,7 @@ func (a *applier) handle(ctx context.Context, m jetstream.Msg) error {
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	a.log.Debug("event handled", "id", id, "applied", isNew)
+	a.log.Debug("event handled", "id", id, "applied", isNew, "trace_id", span.SpanContext().TraceID().String())
 	// Acked after the commit: a crash in between redelivers, and the
 	// inbox absorbs it.
 	return m.Ack()
