@@ -14,7 +14,7 @@ import (
 // newBenchCmd is `queuebox bench`: the throughput, latency and idle-cost
 // benchmark against the local PostgreSQL and NATS (see docs/benchmarks.md).
 // The logic lives in package bench beside this file; replicas are this binary's `run`.
-func newBenchCmd(_ *globalFlags) *cobra.Command {
+func newBenchCmd(g *globalFlags) *cobra.Command {
 	o := bench.Defaults()
 	var (
 		replicas string
@@ -47,8 +47,10 @@ idle cost of a replica.`,
 			if o.Binary, err = os.Executable(); err != nil {
 				return err
 			}
-			o.Progress = cmd.ErrOrStderr()
+			prog := newBenchProgress(g, cmd.ErrOrStderr(), o)
+			o.Progress = prog
 			rep, err := bench.Run(cmd.Context(), o)
+			prog.Finish()
 			if err != nil {
 				return err
 			}

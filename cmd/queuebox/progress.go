@@ -78,6 +78,16 @@ func (p *progress) Set(done, total int64) {
 	}
 }
 
+// Clear takes the bar off the terminal, so that a line written next is
+// not mixed with it; it is drawn again at the next Set.
+func (p *progress) Clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		_ = p.bar.Clear()
+	}
+}
+
 // Finish ends the progress: the bar is cleared; the plain lines end with
 // one for the final count, when any was written.
 func (p *progress) Finish() {
