@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,7 +190,7 @@ func (d *Destination) post(ctx context.Context, target string, m *outbox.Message
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return "", nil
 	}
-	snippet := d.snippet(resp.Body)
+	snippet := d.snippet(resp.Body, token)
 	if resp.StatusCode == http.StatusUnauthorized && token != "" {
 		refused = token
 	}
@@ -200,8 +201,12 @@ func (d *Destination) post(ctx context.Context, target string, m *outbox.Message
 // redacted before it is cut (redact.ReadHead reads enough past the limit
 // to mask a secret the cut would split) and quoted, and discards a bounded
 // rest so that the connection can be reused.
-func (d *Destination) snippet(body io.Reader) string {
-	head, truncated, _ := redact.ReadHead(body, SnippetLimit, d.secrets...)
+func (d *Destination) snippet(body io.Reader, token string) string {
+	secrets := d.secrets
+	if token != "" { // the OAuth2 access token of the request
+		secrets = append(slices.Clip(secrets), token)
+	}
+	head, truncated, _ := redact.ReadHead(body, SnippetLimit, secrets...)
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
 	s := strings.TrimSpace(strings.ToValidUTF8(head, "?"))
 	if s == "" {

@@ -390,7 +390,10 @@ func TestOAuth2ClientCredentials(t *testing.T) {
 	t.Run("refused again", func(t *testing.T) {
 		t.Parallel()
 		ts := &tokenServer{expiresIn: 3600, valid: map[string]bool{}}
-		recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusUnauthorized) }))
+		recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, "refused "+r.Header.Get("Authorization"))
+		}))
 		t.Cleanup(recv.Close)
 		tokenSrv := httptest.NewServer(ts)
 		t.Cleanup(tokenSrv.Close)
@@ -402,6 +405,9 @@ func TestOAuth2ClientCredentials(t *testing.T) {
 		}
 		if n := ts.count(); n != 2 {
 			t.Errorf("%d token requests, want 2 (one retry, not a loop)", n)
+		}
+		if strings.Contains(err.Error(), "tok-") {
+			t.Errorf("the error holds the access token: %v", err)
 		}
 	})
 	t.Run("token endpoint refuses", func(t *testing.T) {
