@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +64,39 @@ inbox:
 	}
 	if cfg.Inbox.Sources["github"].Auth.Secrets[0] != "gh-secret-1" {
 		t.Error("Redacted changed the configuration it copied")
+	}
+}
+
+// TestExampleInbox uncomments the inbox section of config.example.yaml and
+// loads the whole: every key it names is one the configuration knows.
+func TestExampleInbox(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("..", "config.example.yaml"))
+	if err != nil {
+		t.Skip(err)
+	}
+	text := string(data)
+	i := strings.Index(text, "# inbox:")
+	if i < 0 {
+		t.Fatal("config.example.yaml has no commented inbox section")
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(text[i:], "\n") {
+		if rest, ok := strings.CutPrefix(line, "# "); ok && !strings.HasPrefix(strings.TrimSpace(rest), "#") {
+			b.WriteString(rest + "\n")
+		}
+	}
+	env := func(k string) (string, bool) {
+		if k == "GITHUB_WEBHOOK_SECRET" {
+			return "gh", true
+		}
+		return testEnv(k)
+	}
+	cfg, err := Parse([]byte(text[:i]+b.String()), env)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	if len(cfg.Inbox.Sources) != 4 || cfg.Inbox.Sources["github"].RateLimit == nil {
+		t.Errorf("inbox sources: %+v", cfg.Inbox.Sources)
 	}
 }
