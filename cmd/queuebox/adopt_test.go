@@ -303,8 +303,13 @@ func TestAdoptTableOfAnotherShape(t *testing.T) {
 	if code, out := replay("--state", "sent", "--key", "p-3", "--dry-run"); code != 0 || !strings.Contains(out, "would replay 100 rows") {
 		t.Fatalf("replay --state sent --key p-3 --dry-run: exit %d\n%s", code, out)
 	}
-	if code, out := replay("--state", "sent", "--key", "p-3", "--batch-size", "30"); code != 0 || !strings.Contains(out, "replayed 100 rows") {
-		t.Fatalf("replay --state sent --key p-3: exit %d\n%s", code, out)
+	// The rows went to JetStream, and without an updated_at column when
+	// they were sent cannot be told: refused unless --yes.
+	if code, out := replay("--state", "sent", "--key", "p-3"); code != 1 || !strings.Contains(out, "cannot be told") || !strings.Contains(out, "--yes") {
+		t.Fatalf("replay --state sent --key p-3 to JetStream without updated_at: exit %d, want 1 asking for --yes\n%s", code, out)
+	}
+	if code, out := replay("--state", "sent", "--key", "p-3", "--batch-size", "30", "--yes"); code != 0 || !strings.Contains(out, "replayed 100 rows") {
+		t.Fatalf("replay --state sent --key p-3 --yes: exit %d\n%s", code, out)
 	}
 	var firstNew, lastNew int64
 	c := countBy(t, w.pg.Pool, `SELECT status || coalesce('/' || partition_key, ''), count(*) FROM app_events WHERE status = 'NEW' GROUP BY 1`)
