@@ -592,7 +592,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 	cfg := o.replicaConfig(s.url)
 	cfg.Dest, cfg.NATSURL, cfg.Subject, cfg.HookURL = dest, w.natsURL, topic, w.hookURL+"/hooks/{{ topic }}"
 	if prof.path != "" {
-		if cfg.Listen, err = freeAddr(); err != nil {
+		if cfg.Listen, err = freeAddr(ctx); err != nil {
 			return fail(err)
 		}
 	}

@@ -56,8 +56,8 @@ type slowReceiver struct {
 	run   atomic.Pointer[receipts]
 }
 
-func newSlowReceiver(all bool) (*slowReceiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func newSlowReceiver(ctx context.Context, all bool) (*slowReceiver, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (r *slowReceiver) close() {
 func runWebhook(ctx context.Context, w *world, o *Options, tmp string) Isolation {
 	rows, keys := max(o.Rows/10, 100), o.Keys
 	is := Isolation{Case: "webhook", Rows: rows, Keys: keys, Latency: ms(webhookLatency), Target: webhookTarget}
-	recv, err := newSlowReceiver(true)
+	recv, err := newSlowReceiver(ctx, true)
 	if err != nil {
 		is.Error = err.Error()
 		return is
@@ -119,7 +119,7 @@ func runSkewed(ctx context.Context, w *world, o *Options, tmp string) Isolation 
 	rows, keys := max(o.Rows/5, 1000), o.Keys
 	slow := max(keys/skewShare, 1)
 	is := Isolation{Case: "skewed", Rows: rows, Keys: keys, Latency: ms(skewLatency)}
-	recv, err := newSlowReceiver(false)
+	recv, err := newSlowReceiver(ctx, false)
 	if err != nil {
 		is.Error = err.Error()
 		return is

@@ -34,8 +34,8 @@ func profileSeconds(rows int, bareRowsPerSec float64) int {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr(ctx context.Context) (string, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}

@@ -149,7 +149,9 @@ func replicaConfigs(dir string, cfg relayConfig, n int) ([]string, error) {
 // replicaCommand is the `queuebox run` of one replica, with GOMAXPROCS set
 // when cfg.MaxProcs is.
 func replicaCommand(binary, path string, cfg relayConfig) *exec.Cmd {
-	cmd := exec.Command(binary, "run", "--config", path)
+	// stopReplicas ends each replica (SIGTERM, then SIGKILL) once it is
+	// measured; a context would kill it mid-drain.
+	cmd := exec.Command(binary, "run", "--config", path) //nolint:noctx // stopped by stopReplicas
 	if cfg.MaxProcs > 0 {
 		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(cfg.MaxProcs))
 	}

@@ -135,7 +135,7 @@ func openWorld(ctx context.Context, o *Options) (_ *world, err error) {
 	}
 
 	w.hook = &receiver{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
