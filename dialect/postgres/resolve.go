@@ -314,7 +314,7 @@ func (r *tableCheck) checkColumnType(l, phys string, c catalogColumn) {
 // is one the relay cannot handle: it cannot be settled by id, and has no
 // place in per-key order. A NULL sequence makes the row malformed
 // (dead-lettered with the reason), a NULL id keeps it out of every batch
-// (scanMessages); the note says how to rule them out, without refusing a
+// (scanRows); the note says how to rule them out, without refusing a
 // table that has none.
 func (r *tableCheck) noteNullable() {
 	for _, l := range []string{dialect.ColID, dialect.ColSequence} {

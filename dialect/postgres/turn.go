@@ -253,7 +253,7 @@ func preparedName(sql string) string {
 }
 
 // turnRows reads the messages of turnClaim up to ReadyForQuery, offering
-// the claim's rows to scanMessages (rowScanner).
+// the claim's rows to scanClaim (rowScanner).
 type turnRows struct {
 	conn    *pgx.Conn
 	fields  []pgconn.FieldDescription
@@ -340,7 +340,7 @@ func (r *turnRows) Scan(dest ...any) error {
 func (r *turnRows) Err() error { return r.err }
 
 // Close reads the remaining messages, so that the connection is ready for
-// its next statement (a scan error stops scanMessages before the end).
+// its next statement (a scan error stops scanClaim before the end).
 func (r *turnRows) Close() {
 	for r.Next() {
 	}
