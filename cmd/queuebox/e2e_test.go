@@ -448,7 +448,6 @@ func pgURLAs(t *testing.T, user string) string {
 // its own verification.
 func TestDemo(t *testing.T) {
 	pg := testenv.Postgres(t) // skips (or fails under CI) when PostgreSQL is missing
-	_ = pg
 	url := testenv.Env("QUEUEBOX_TEST_POSTGRES_URL", testenv.DefaultPostgresURL)
 	cmd := exec.Command(binPath, "demo", "--rows", "2000", "--keys", "100", "--rate", "4000")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
@@ -465,6 +464,11 @@ func TestDemo(t *testing.T) {
 	}
 	if oks != 5 || !strings.Contains(string(out), "All checks passed") {
 		t.Fatalf("demo did not report 5 passed checks:\n%s", out)
+	}
+	// It drops its schema at the end (--keep keeps it).
+	var left bool
+	if err := pg.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, demoSchema).Scan(&left); err != nil || left {
+		t.Fatalf("schema %s left behind after the demo (%v)", demoSchema, err)
 	}
 }
 
