@@ -3,7 +3,6 @@ module github.com/queuebox/queuebox
 go 1.26.0
 
 require (
-	github.com/agnivade/levenshtein v1.2.2
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/expr-lang/expr v1.17.8
 	github.com/goccy/go-yaml v1.19.2
@@ -25,9 +24,9 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	golang.org/x/net v0.62.0
-	golang.org/x/time v0.16.0
 	golang.org/x/oauth2 v0.38.0
 	golang.org/x/term v0.47.0
+	golang.org/x/time v0.16.0
 )
 
 require (
