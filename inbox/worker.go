@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queuebox/queuebox/dialect"
-	"github.com/queuebox/queuebox/dialect/postgres"
 	"github.com/queuebox/queuebox/outbox"
 	"github.com/queuebox/queuebox/relay"
 )
@@ -66,11 +66,13 @@ type Worker struct {
 	pool    *pgxpool.Pool
 	h       Handler
 	o       WorkerOptions
-	d       dialect.Dialect // the outbox dialect on the inbox table: renew, retry, dead, reap
-	claim   string
-	done    string
+	sql     map[string]string // sql/postgresql: claim, complete and the fenced writes
 	destTag string
 }
+
+// workerQueries are the Worker's statements: the outbox dialect's claim,
+// renew, retry, dead, release and reaper, for the rows of one source.
+var workerQueries = []string{"claim", "complete", "renew", "retry", "dead", "release", "release_expired"}
 
 // NewWorker returns a Worker of o.Source on pool.
 func NewWorker(pool *pgxpool.Pool, h Handler, o WorkerOptions) (*Worker, error) {
@@ -84,13 +86,9 @@ func NewWorker(pool *pgxpool.Pool, h Handler, o WorkerOptions) (*Worker, error) 
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	q, err := renderSQL(m, dialect.DefaultMapping(), "claim", "complete")
+	q, err := renderSQL(m, dialect.DefaultMapping(), workerQueries...)
 	if err != nil {
 		return nil, err
-	}
-	d, err := postgres.New(pool, m.Mapping)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	o.Concurrency = max(o.Concurrency, 1)
 	if o.Lease <= 0 {
@@ -114,7 +112,7 @@ func NewWorker(pool *pgxpool.Pool, h Handler, o WorkerOptions) (*Worker, error) 
 	if o.Observer == nil {
 		o.Observer = relay.NopObserver{}
 	}
-	return &Worker{pool: pool, h: h, o: o, d: d, claim: q["claim"], done: q["complete"], destTag: "inbox:" + o.Source}, nil
+	return &Worker{pool: pool, h: h, o: o, sql: q, destTag: "inbox:" + o.Source}, nil
 }
 
 // Run claims and handles messages until ctx ends, then waits for the
@@ -176,7 +174,7 @@ func (b *batch) finish() {
 func (w *Worker) claimBatch(ctx context.Context, limit int) ([]Message, *batch, error) {
 	token := uuid.NewString()
 	start := time.Now()
-	rows, err := w.pool.Query(ctx, w.claim, token, w.o.Lease.Microseconds(), w.o.Source, limit)
+	rows, err := w.pool.Query(ctx, w.sql["claim"], token, w.o.Lease.Microseconds(), w.o.Source, limit)
 	var msgs []Message
 	if err == nil {
 		msgs, err = scanMessages(rows, w.o.Source)
@@ -222,7 +220,7 @@ func (w *Worker) renew(ctx context.Context, b *batch) {
 			return
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, w.o.Lease/3)
-			_, err := w.d.Renew(rctx, dialect.RenewParams{Token: b.token, Lease: w.o.Lease})
+			_, err := w.pool.Exec(rctx, w.sql["renew"], b.token, w.o.Lease.Microseconds())
 			cancel()
 			if err != nil {
 				w.o.Logger.Warn("inbox worker: lease renewal failed", "source", w.o.Source, "err", err)
@@ -256,7 +254,7 @@ func (w *Worker) apply(ctx context.Context, token string, m Message) error {
 	if err := w.h(ctx, tx, m); err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, w.done, m.ID, token)
+	tag, err := tx.Exec(ctx, w.sql["complete"], m.ID, token)
 	if err != nil {
 		return err
 	}
@@ -277,27 +275,25 @@ func (w *Worker) fail(ctx context.Context, token string, m Message, cause error)
 	}
 	reason := cause.Error()
 	if len(reason) > 1024 {
-		reason = reason[:1024]
+		reason = strings.ToValidUTF8(reason[:1024], "")
 	}
 	attempt := m.Attempt + 1
 	start := time.Now()
-	var n int64
-	var err error
-	op, outcome := "retry", relay.OutcomeRetry
+	op, outcome, args := "retry", relay.OutcomeRetry, []any{m.ID, token, attempt, 0, reason}
 	switch {
 	case outbox.IsUnavailable(cause):
-		op, outcome = "release", relay.OutcomeReleased
-		n, err = w.d.Release(ctx, dialect.ReleaseParams{Token: token, IDs: []string{m.ID}})
+		op, outcome, args = "release", relay.OutcomeReleased, []any{m.ID, token}
 	case outbox.IsPermanent(cause) || attempt >= limit:
-		op, outcome = "dead", relay.OutcomeDead
-		n, err = w.d.Dead(ctx, dialect.DeadParams{Token: token, Items: []dialect.DeadItem{{ID: m.ID, Attempt: attempt, Error: reason}}})
+		op, outcome, args = "dead", relay.OutcomeDead, []any{m.ID, token, attempt, reason}
 	default:
 		delay := w.o.Backoff.Delay(m.Attempt)
 		if d, ok := outbox.RetryDelay(cause); ok {
 			delay = min(max(d, 0), w.o.Backoff.Max)
 		}
-		n, err = w.d.Retry(ctx, dialect.RetryParams{Token: token, Items: []dialect.RetryItem{{ID: m.ID, Attempt: attempt, Delay: delay, Error: reason}}})
+		args[3] = delay.Microseconds()
 	}
+	tag, err := w.pool.Exec(ctx, w.sql[op], args...)
+	n := tag.RowsAffected()
 	w.o.Observer.Wrote(op, time.Since(start), err)
 	switch {
 	case err != nil:
@@ -319,7 +315,8 @@ func (w *Worker) reap(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n, err := w.d.ReleaseExpired(ctx, dialect.ReleaseExpiredParams{Limit: 1000})
+			tag, err := w.pool.Exec(ctx, w.sql["release_expired"], 1000)
+			n := tag.RowsAffected()
 			if err == nil && n > 0 {
 				w.o.Observer.Reclaimed(int(n))
 			}

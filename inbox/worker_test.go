@@ -52,30 +52,7 @@ func TestWorker(t *testing.T) {
 		}
 	}
 	put("other", "k0", 0, "")
-	var failedOnce atomic.Bool
-	handler := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		var p struct {
-			N      int
-			Fail   string
-			Slow   bool
-			Poison bool
-		}
-		if err := json.Unmarshal(m.Payload, &p); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO applied (key, n, id) VALUES ($1, $2, $3)`, m.Key, p.N, m.ID); err != nil {
-			return err
-		}
-		switch {
-		case p.Fail == "once" && failedOnce.CompareAndSwap(false, true):
-			return errors.New("transient")
-		case p.Poison:
-			return outbox.Permanent(errors.New("cannot apply this one"))
-		case p.Slow:
-			time.Sleep(1500 * time.Millisecond) // past the lease of 1s
-		}
-		return nil
-	}
+	handler := failingHandler()
 	w, err := inbox.NewWorker(pg.Pool, handler, inbox.WorkerOptions{Source: "orders", Concurrency: 4, Lease: time.Second,
 		PollInterval: 20 * time.Millisecond, Backoff: relay.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
 	if err != nil {
@@ -115,6 +92,43 @@ func TestWorker(t *testing.T) {
 	if got := count(`SELECT count(*) FROM inbox WHERE source = 'other' AND state = 'pending'`); got != 1 {
 		t.Error("the worker touched another source's row")
 	}
+	checkKeyOrder(ctx, t, pg)
+}
+
+// failingHandler applies a message by inserting it into applied; it fails
+// the message marked fail once, the poison one for good, and sleeps past
+// the lease on the slow one.
+func failingHandler() inbox.Handler {
+	var failedOnce atomic.Bool
+	return func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		var p struct {
+			N      int
+			Fail   string
+			Slow   bool
+			Poison bool
+		}
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO applied (key, n, id) VALUES ($1, $2, $3)`, m.Key, p.N, m.ID); err != nil {
+			return err
+		}
+		switch {
+		case p.Fail == "once" && failedOnce.CompareAndSwap(false, true):
+			return errors.New("transient")
+		case p.Poison:
+			return outbox.Permanent(errors.New("cannot apply this one"))
+		case p.Slow:
+			time.Sleep(1500 * time.Millisecond) // past the lease of 1s
+		}
+		return nil
+	}
+}
+
+// checkKeyOrder checks that each key's effects were committed in the order
+// of its messages.
+func checkKeyOrder(ctx context.Context, t *testing.T, pg *testenv.PG) {
+	t.Helper()
 	rows, err := pg.Pool.Query(ctx, `SELECT key, n FROM applied ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)

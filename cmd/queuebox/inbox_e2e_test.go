@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -53,93 +54,20 @@ func TestInboxSurvivesSIGKILL(t *testing.T) {
 	pg := testenv.InboxPostgres(t)
 	recv := newReceiver(t, 0)
 	addr := freePort(t)
-	cfg := fmt.Sprintf(`database:
-  url: %q
-server:
-  listen: 127.0.0.1:0
-relay:
-  pollInterval: 20ms
-  lease: 2s
-destinations:
-  hooks:
-    type: http
-    url: %s/hooks/{{ topic }}
-routes:
-  - topicPattern: "**"
-    destination: hooks
-inbox:
-  listen: %s
-  sources:
-    orders:
-      type: http
-      auth: {scheme: bearer, secrets: [t0ken]}
-      idempotencyKey: {header: Idempotency-Key}
-      orderKey: {jsonPath: customer}
-      topic: "orders.{{ source }}"
-`, pg.URL, recv.srv.URL, addr)
-	path := filepath.Join(t.TempDir(), "queuebox.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeInboxConfig(t, pg.URL, recv.srv.URL, addr)
 	p := startQueuebox(t, "run", "--config", path)
 	waitIngest(t, p)
 
-	const total, clients = 1200, 16
-	var next, answered atomic.Int64
-	var mu sync.Mutex
-	firstID := map[string]string{} // key -> id of its 202
-	client := &http.Client{Timeout: 5 * time.Second}
-	post := func(key string, n int64) (int, string) {
-		body := fmt.Sprintf(`{"customer":"c-%d","n":%d}`, n%40, n)
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/inbox/orders", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer t0ken")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, ""
-		}
-		defer resp.Body.Close()
-		var a struct{ ID string }
-		b, _ := io.ReadAll(resp.Body)
-		_ = json.Unmarshal(b, &a)
-		return resp.StatusCode, a.ID
-	}
+	const total = 1200
 	ctx := testenv.Context(t, 2*time.Minute)
+	s := &senders{t: t, addr: addr, total: total, firstID: map[string]string{}}
 	var wg sync.WaitGroup
-	for range clients {
+	for range 16 {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				n := next.Add(1)
-				if n > total {
-					return
-				}
-				key := fmt.Sprintf("evt-%d", n)
-				for ctx.Err() == nil {
-					code, id := post(key, n)
-					if code == http.StatusAccepted || code == http.StatusOK {
-						mu.Lock()
-						if code == http.StatusAccepted {
-							if prev, dup := firstID[key]; dup {
-								t.Errorf("%s accepted twice: %s and %s", key, prev, id)
-							}
-							firstID[key] = id
-						}
-						mu.Unlock()
-						answered.Add(1)
-						break
-					}
-					time.Sleep(20 * time.Millisecond) // down, or refused while starting: retry
-				}
-				if n%10 == 0 { // a sender that repeats an answered message
-					if code, _ := post(key, n); code != http.StatusOK && code != 0 && code != http.StatusServiceUnavailable {
-						t.Errorf("repeat of %s: %d, want 200", key, code)
-					}
-				}
-			}
-		}()
+		go func() { defer wg.Done(); s.run(ctx) }()
 	}
+	answered := &s.answered
+	mu, firstID := &s.mu, s.firstID
 	testenv.Eventually(t, time.Minute, func() bool { return answered.Load() >= total/3 }, "clients got no answers")
 	p.Kill()
 	p = startQueuebox(t, "run", "--config", path)
@@ -165,6 +93,101 @@ inbox:
 		}
 	}
 	testenv.Eventually(t, time.Minute, func() bool { return len(recv.deliveries()) >= total }, "the relay did not deliver the handed-on messages")
+}
+
+// writeInboxConfig writes the configuration of the SIGKILL test: a bearer
+// HTTP source pushed to the outbox and relayed to the receiver at hooks.
+func writeInboxConfig(t *testing.T, dbURL, hooks, addr string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`database:
+  url: %q
+server:
+  listen: 127.0.0.1:0
+relay:
+  pollInterval: 20ms
+  lease: 2s
+destinations:
+  hooks:
+    type: http
+    url: %s/hooks/{{ topic }}
+routes:
+  - topicPattern: "**"
+    destination: hooks
+inbox:
+  listen: %s
+  sources:
+    orders:
+      type: http
+      auth: {scheme: bearer, secrets: [t0ken]}
+      idempotencyKey: {header: Idempotency-Key}
+      orderKey: {jsonPath: customer}
+      topic: "orders.{{ source }}"
+`, dbURL, hooks, addr)
+	path := filepath.Join(t.TempDir(), "queuebox.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// senders post total webhooks, each until it is answered 202 or 200.
+type senders struct {
+	t        *testing.T
+	addr     string
+	total    int64
+	next     atomic.Int64
+	answered atomic.Int64
+	mu       sync.Mutex
+	firstID  map[string]string // key -> id of its 202
+}
+
+func (s *senders) post(key string, n int64) (int, string) {
+	body := fmt.Sprintf(`{"customer":"c-%d","n":%d}`, n%40, n)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+s.addr+"/inbox/orders", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer t0ken")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	var a struct{ ID string }
+	b, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(b, &a)
+	return resp.StatusCode, a.ID
+}
+
+// run sends messages until all are answered, retrying each while the
+// server is down or refuses it for now, and repeats every tenth answered
+// one (a sender that retries after a lost answer).
+func (s *senders) run(ctx context.Context) {
+	for {
+		n := s.next.Add(1)
+		if n > s.total {
+			return
+		}
+		key := fmt.Sprintf("evt-%d", n)
+		for ctx.Err() == nil {
+			code, id := s.post(key, n)
+			if code == http.StatusAccepted || code == http.StatusOK {
+				s.mu.Lock()
+				if prev, dup := s.firstID[key]; dup && code == http.StatusAccepted {
+					s.t.Errorf("%s accepted twice: %s and %s", key, prev, id)
+				} else if code == http.StatusAccepted {
+					s.firstID[key] = id
+				}
+				s.mu.Unlock()
+				s.answered.Add(1)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n%10 == 0 {
+			if code, _ := s.post(key, n); code != http.StatusOK && code != 0 && code != http.StatusServiceUnavailable {
+				s.t.Errorf("repeat of %s: %d, want 200", key, code)
+			}
+		}
+	}
 }
 
 // TestInboxMigrate: run refuses an inbox whose table is missing, naming

@@ -1,7 +1,7 @@
 package intake
 
 import (
-	"net/http"
+	"net/textproto"
 	"strings"
 )
 
@@ -34,7 +34,7 @@ func NewHeaderPolicy(drop ...string) HeaderPolicy {
 	p := HeaderPolicy{drop: map[string]bool{}}
 	for _, h := range drop {
 		if h != "" {
-			p.drop[http.CanonicalHeaderKey(h)] = true
+			p.drop[textproto.CanonicalMIMEHeaderKey(h)] = true
 		}
 	}
 	return p
@@ -42,16 +42,17 @@ func NewHeaderPolicy(drop ...string) HeaderPolicy {
 
 // Stored reports whether a header named name (in any case) is stored.
 func (p HeaderPolicy) Stored(name string) bool {
-	c := http.CanonicalHeaderKey(name)
+	c := textproto.CanonicalMIMEHeaderKey(name)
 	if notStored[c] || p.drop[c] || strings.HasPrefix(c, "Nats-") || strings.HasPrefix(c, "Proxy-") {
 		return false
 	}
 	return true
 }
 
-// Filter returns the stored headers of h, several values of one name
-// joined with ", ", within MaxStoredHeaderBytes. Nil when none.
-func (p HeaderPolicy) Filter(h http.Header) map[string]string {
+// Filter returns the stored headers of h (an http.Header, say), several
+// values of one name joined with ", ", within MaxStoredHeaderBytes. Nil
+// when none.
+func (p HeaderPolicy) Filter(h map[string][]string) map[string]string {
 	var out map[string]string
 	size := 0
 	for name, vals := range h {
