@@ -175,7 +175,8 @@ func (s *inboxService) startIngest(ctx context.Context, names []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", s.cfg.Inbox.Listen)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Inbox.Listen)
 	if err != nil {
 		return fmt.Errorf("inbox.listen %s: %w (is another process using the port?)", s.cfg.Inbox.Listen, err)
 	}

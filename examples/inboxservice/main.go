@@ -74,20 +74,25 @@ func Run(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
 		log.Error("set DATABASE_URL to the database of the inbox table")
 		os.Exit(2)
 	}
-	pool, err := pgxpool.New(ctx, url)
-	if err == nil {
-		defer pool.Close()
-		err = Run(ctx, pool, log)
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if err := serve(url, log); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("inboxservice", "err", err)
 		os.Exit(1)
 	}
+}
+
+// serve runs the service until SIGINT or SIGTERM.
+func serve(url string, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return Run(ctx, pool, log)
 }
