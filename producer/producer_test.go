@@ -93,7 +93,7 @@ func TestValidation(t *testing.T) {
 		}
 		topic := strings.Repeat("😀", 128) // 128 characters, 256 UTF-16 units
 		// A nil transaction: validation runs first, then the nil is refused.
-		if _, err := w.WriteSQL(context.Background(), nil, producer.Message{Topic: topic, Payload: 1}); err != producer.ErrNoTransaction {
+		if _, err := w.WriteSQL(context.Background(), nil, producer.Message{Topic: topic, Payload: 1}); !errors.Is(err, producer.ErrNoTransaction) {
 			t.Errorf("postgresql: want ErrNoTransaction after validation, got %v", err)
 		}
 		var ve *producer.ValidationError

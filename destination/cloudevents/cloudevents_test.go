@@ -39,7 +39,7 @@ func TestEventReadBySDK(t *testing.T) {
 func TestOptionsAndRows(t *testing.T) {
 	for _, o := range []cloudevents.Options{
 		{Mode: "binary"},
-		{Mode: "stuctured", Source: "/s"},
+		{Mode: "xml", Source: "/s"},
 		{Source: "/{{ nope }}"},
 		{Source: "/s", Type: "{{ topic"},
 	} {

@@ -118,7 +118,7 @@ func (d *Destination) setHeaders(h http.Header, m *outbox.Message, out outgoing)
 			d.filter.Dropped(k)
 			continue
 		}
-		h.Set(http.CanonicalHeaderKey(k), v)
+		h.Set(k, v)
 	}
 	for k, v := range d.headers {
 		h[k] = v

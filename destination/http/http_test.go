@@ -430,7 +430,7 @@ func TestSnippetTruncatedAndRedacted(t *testing.T) {
 	err := publishOne(t, httpdest.Options{Auth: &httpdest.Auth{Bearer: token}}, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(500)
 		// Echo the credentials back, then a long tail.
-		io.WriteString(w, "bad auth "+r.Header.Get("Authorization")+" "+strings.Repeat("z", 1000))
+		_, _ = io.WriteString(w, "bad auth "+r.Header.Get("Authorization")+" "+strings.Repeat("z", 1000))
 	})
 	if err == nil {
 		t.Fatal("want an error")
@@ -450,7 +450,7 @@ func TestSnippetTruncatedAndRedacted(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, p, _ := r.BasicAuth()
 		w.WriteHeader(400)
-		io.WriteString(w, "user "+u+" pass "+p+" header "+r.Header.Get("Authorization"))
+		_, _ = io.WriteString(w, "user "+u+" pass "+p+" header "+r.Header.Get("Authorization"))
 	}))
 	t.Cleanup(srv.Close)
 	u := strings.Replace(srv.URL, "http://", "http://bob:urlpass99@", 1) + "/hook?token=qs-secret-1"
@@ -907,7 +907,7 @@ func TestSnippetRedactedBeforeCut(t *testing.T) {
 	for off := httpdest.SnippetLimit - len(secret); off <= httpdest.SnippetLimit; off++ {
 		err := publishOne(t, httpdest.Options{Headers: map[string]string{"X-Api-Token": secret}}, func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(500)
-			io.WriteString(w, strings.Repeat("p", off-len("tok="))+"tok="+r.Header.Get("X-Api-Token")+strings.Repeat("q", 300))
+			_, _ = io.WriteString(w, strings.Repeat("p", off-len("tok="))+"tok="+r.Header.Get("X-Api-Token")+strings.Repeat("q", 300))
 		})
 		if err == nil {
 			t.Fatal("want an error")

@@ -191,7 +191,8 @@ func (d *Destination) collect(b *batch, pending <-chan pendingAck) {
 			<-d.sem
 			select {
 			case <-f.Ok():
-			case <-f.Err():
+			case err := <-f.Err():
+				_ = err // the refusal was reported when the message failed
 			}
 			<-d.deniedSem
 		}(p.f)

@@ -53,9 +53,10 @@ func main() {
 	flag.Parse()
 	c.DatabaseURL = os.Getenv("DATABASE_URL")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(ctx, c, log); err != nil {
+	err := run(ctx, c, log)
+	stop()
+	if err != nil {
 		log.Error("jetstreamconsumer failed", "err", err)
 		os.Exit(1)
 	}
