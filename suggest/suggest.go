@@ -7,6 +7,8 @@ package suggest
 import (
 	"fmt"
 	"strings"
+
+	"github.com/agnivade/levenshtein"
 )
 
 // maxLen bounds the cost of a comparison: a string this long is not a
@@ -28,7 +30,7 @@ func Closest(s string, candidates []string) (string, bool) {
 		if len(s) > maxLen || len(c) > maxLen {
 			continue
 		}
-		if d := distance(ls, strings.ToLower(c)); d < bestD {
+		if d := levenshtein.ComputeDistance(ls, strings.ToLower(c)); d < bestD {
 			best, bestD = c, d
 		}
 	}
@@ -49,28 +51,4 @@ func DidYouMean(s string, candidates []string) string {
 		return fmt.Sprintf(" (did you mean %q?)", c)
 	}
 	return ""
-}
-
-// distance is the Levenshtein distance between a and b in runes: the
-// fewest insertions, deletions and substitutions that turn one into the
-// other.
-func distance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1) // distances from ra[:i-1] to each prefix of rb
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			sub := prev[j-1]
-			if ra[i-1] != rb[j-1] {
-				sub++
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }
