@@ -83,14 +83,17 @@ func cliReference(root *cobra.Command) string {
 }
 
 // documentedCommands are the commands of root, depth first in name order,
-// without help and completion (cobra's own).
+// without help and completion (cobra's own) and without those that only
+// group others (dead).
 func documentedCommands(root *cobra.Command) []*cobra.Command {
 	var out []*cobra.Command
 	for _, c := range root.Commands() {
 		if !c.IsAvailableCommand() || c.Name() == "help" || c.Name() == "completion" {
 			continue
 		}
-		out = append(out, c)
+		if !c.HasSubCommands() || c.HasAvailableLocalFlags() {
+			out = append(out, c)
+		}
 		out = append(out, documentedCommands(c)...)
 	}
 	return out
@@ -99,13 +102,17 @@ func documentedCommands(root *cobra.Command) []*cobra.Command {
 // writeCommand writes one command: its usage and summary, its examples
 // and its flags. Its long description is its --help (and operations.md).
 func writeCommand(b *strings.Builder, c *cobra.Command) {
-	fmt.Fprintf(b, "\n## %s\n\n`%s`: %s.\n", c.CommandPath(), c.UseLine(), markdownText(c.Short))
+	json := ""
+	if c.Flags().Lookup("output") != nil {
+		json = " Takes `-o text|json`."
+	}
+	fmt.Fprintf(b, "\n## %s\n\n`%s`: %s.%s\n", c.CommandPath(), c.UseLine(), markdownText(c.Short), json)
 	if c.Example != "" {
 		fmt.Fprintf(b, "\n```\n%s\n```\n", strings.TrimRight(c.Example, "\n"))
 	}
-	if c.NonInheritedFlags().HasAvailableFlags() {
+	if fs := c.NonInheritedFlags(); tableFlags(fs) > 0 {
 		b.WriteString("\n")
-		writeFlags(b, c.NonInheritedFlags())
+		writeFlags(b, fs)
 	}
 }
 
@@ -113,7 +120,7 @@ func writeCommand(b *strings.Builder, c *cobra.Command) {
 func writeFlags(b *strings.Builder, fs *pflag.FlagSet) {
 	b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Hidden || f.Name == "help" {
+		if !inTable(f) {
 			return
 		}
 		name := "--" + f.Name
@@ -135,6 +142,21 @@ func writeFlags(b *strings.Builder, fs *pflag.FlagSet) {
 		_, usage := pflag.UnquoteUsage(f)
 		fmt.Fprintf(b, "| `%s` | %s | %s |\n", name, def, markdownText(usage))
 	})
+}
+
+// inTable reports whether f has a row in a flag table: -o is named in the
+// command's line and under Output.
+func inTable(f *pflag.Flag) bool { return !f.Hidden && f.Name != "help" && f.Name != "output" }
+
+// tableFlags is how many flags of fs have a row.
+func tableFlags(fs *pflag.FlagSet) int {
+	n := 0
+	fs.VisitAll(func(f *pflag.Flag) {
+		if inTable(f) {
+			n++
+		}
+	})
+	return n
 }
 
 // markdownText escapes the characters Markdown would read as markup.
