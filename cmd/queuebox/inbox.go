@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -108,7 +109,9 @@ func (s *inboxService) openTable(ctx context.Context) error {
 		s.pool.Close()
 		return err
 	}
-	s.table.Batch(max(in.MaxConns/2, 1))
+	// One statement in flight per core: more flushers make smaller batches,
+	// each with its own commit, on the database the requests wait for.
+	s.table.Batch(min(runtime.NumCPU(), max(in.MaxConns/2, 1)))
 	return nil
 }
 

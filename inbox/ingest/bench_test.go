@@ -29,7 +29,7 @@ func BenchmarkIngest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	table.Batch(8) // as queuebox run: half the pool
+	table.Batch(2) // as queuebox run on two cores
 	defer table.Close()
 	idem, _ := intake.NewField("Idempotency-Key", "")
 	order, _ := intake.NewField("", "customer")
