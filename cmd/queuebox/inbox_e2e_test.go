@@ -93,6 +93,10 @@ func TestInboxSurvivesSIGKILL(t *testing.T) {
 		}
 	}
 	testenv.Eventually(t, time.Minute, func() bool { return len(recv.deliveries()) >= total }, "the relay did not deliver the handed-on messages")
+	metrics := testenv.Scrape(t, p.ManagementAddr())
+	if n := testenv.Metric(metrics, `queuebox_inbox_received_total{outcome="accepted",source="orders"}`); n == 0 {
+		t.Errorf("no accepted messages counted after the restart:\n%s", metrics)
+	}
 }
 
 // writeInboxConfig writes the configuration of the SIGKILL test: a bearer
@@ -191,7 +195,8 @@ func (s *senders) run(ctx context.Context) {
 }
 
 // TestInboxMigrate: run refuses an inbox whose table is missing, naming
-// the fix; migrate with the inbox configured creates it; run then starts.
+// the fix; migrate with the inbox configured creates it; run then starts,
+// and inbox.retention deletes the rows older than its maxAge.
 func TestInboxMigrate(t *testing.T) {
 	pg := testenv.Postgres(t)
 	cfg := fmt.Sprintf(`database:
@@ -204,6 +209,7 @@ routes:
   - {topicPattern: "**", destination: hooks}
 inbox:
   listen: 127.0.0.1:0
+  retention: {maxAge: 1h}
   sources:
     github:
       type: http
@@ -221,8 +227,24 @@ inbox:
 	if err != nil || !strings.Contains(string(out), "00001_create_inbox.sql") {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
+	ctx := testenv.Context(t, time.Minute)
+	pg.MustExec(t, ctx, `INSERT INTO inbox (source, idempotency_key, topic, payload, state, updated_at, scheduled_at) VALUES
+		('github', 'old', 'github', '{}', 'sent', now() - interval '2 hours', now() - interval '2 hours'), ('github', 'new', 'github', '{}', 'sent', now(), now())`)
 	p := startQueuebox(t, "run", "--config", path)
 	waitIngest(t, p)
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		var keys []string
+		rows, err := pg.Pool.Query(ctx, `SELECT idempotency_key FROM inbox`)
+		if err != nil {
+			return false
+		}
+		for rows.Next() {
+			var k string
+			_ = rows.Scan(&k)
+			keys = append(keys, k)
+		}
+		return len(keys) == 1 && keys[0] == "new"
+	}, "inbox.retention did not delete the old row alone")
 	if code := p.Stop(syscall.SIGTERM, 20*time.Second); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, p.Logs())
 	}
