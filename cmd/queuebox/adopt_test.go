@@ -153,7 +153,7 @@ func TestAdoptNatsOutboxTable(t *testing.T) {
 	}
 
 	cfg := w.config(t, natsOutboxDatabase, "claimMode: lock\npollInterval: 20ms\nbatchSize: 50\nlockTimeout: 20s")
-	out, err := exec.Command(binPath, "check", "--config", cfg).CombinedOutput()
+	out, _ := exec.Command(binPath, "check", "--config", cfg).CombinedOutput()
 	if !strings.Contains(string(out), "claim mode lock") || !strings.Contains(string(out), "claim_token") {
 		t.Errorf("check does not report lock mode and the DDL for lease mode:\n%s", out)
 	}

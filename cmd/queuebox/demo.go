@@ -123,7 +123,7 @@ func (e *demoEnv) close() {
 
 // startDemoEnv starts the embedded NATS JetStream server and the webhook
 // receiver; close stops them.
-func startDemoEnv(o demoOptions, say func(string, ...any)) (*demoEnv, error) {
+func startDemoEnv(ctx context.Context, o demoOptions, say func(string, ...any)) (*demoEnv, error) {
 	env := &demoEnv{hook: &demoWebhook{refuseEvery: o.refuseEvery}}
 	storeDir, err := os.MkdirTemp("", "queuebox-demo-nats-")
 	if err != nil {
@@ -143,7 +143,7 @@ func startDemoEnv(o demoOptions, say func(string, ...any)) (*demoEnv, error) {
 		return nil, errors.New("the embedded NATS server did not start within 10s")
 	}
 	say("• embedded NATS JetStream at %s", ns.ClientURL())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		env.close()
 		return nil, err
@@ -199,7 +199,7 @@ func runDemo(ctx context.Context, out, progress io.Writer, g *globalFlags, o dem
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	say := func(format string, args ...any) { fmt.Fprintf(progress, format+"\n", args...) }
-	env, err := startDemoEnv(o, say)
+	env, err := startDemoEnv(ctx, o, say)
 	if err != nil {
 		return err
 	}
@@ -297,7 +297,9 @@ func relayDemo(ctx context.Context, g *globalFlags, o demoOptions, cfg *config.C
 	err = waitDemoDrained(ctx, pool, len(events), start, writeDone, say)
 	elapsed := time.Since(start)
 	stopRelay()
-	<-relayDone
+	if rerr := <-relayDone; err == nil && rerr != nil {
+		err = fmt.Errorf("the relay: %w", rerr)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return 0, fmt.Errorf("the demo did not finish within %v", o.timeout)
 	}

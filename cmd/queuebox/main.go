@@ -32,10 +32,14 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-func main() {
+func main() { os.Exit(runMain()) }
+
+// runMain runs the command line until SIGINT or SIGTERM and returns the
+// exit status; main exits with it once the signals are released.
+func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(execute(ctx, os.Args[1:]))
+	return execute(ctx, os.Args[1:])
 }
 
 // execute runs the command line args and returns the exit status.

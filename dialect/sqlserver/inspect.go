@@ -123,54 +123,70 @@ func (d *Dialect) DeadList(ctx context.Context, p dialect.DeadListParams) ([]dia
 	if topic.set {
 		page = max(limit, deadListPage)
 	}
-	var (
-		out          []dialect.DeadRow
-		afterUpdated sql.NullTime
-		afterSeq     sql.NullInt64
-	)
+	c := deadListCursor{limit: limit, topic: topic, progress: p.Progress}
 	for {
-		rows, err := d.db.QueryContext(ctx, d.queries["dead_list"],
-			sql.Named("n", int64(page)), sql.Named("topic_like", topic.param()), sql.Named("key", nullText(p.Key)),
-			sql.Named("since", nullTime(p.Since)), sinceS, sinceMS, sql.Named("after_updated", afterUpdated), sql.Named("after_seq", afterSeq))
+		n, err := d.deadListPage(ctx, &c, page, p, sinceS, sinceMS)
 		if err != nil {
-			return nil, interpretError("dead_list", err)
+			return nil, err
 		}
-		n := 0
-		for rows.Next() {
-			var (
-				row          dialect.DeadRow
-				key, lastErr sql.NullString
-				updated      sql.NullTime
-				seq          int64
-			)
-			if err := rows.Scan(&row.ID, &row.Topic, &key, &row.Attempt, &lastErr, &updated, &row.Held, &seq); err != nil {
-				rows.Close()
-				return nil, interpretError("dead_list", err)
-			}
-			n++
-			afterUpdated = sql.NullTime{Time: updated.Time.UTC(), Valid: updated.Valid}
-			afterSeq = sql.NullInt64{Int64: seq, Valid: true}
-			if !topic.match(row.Topic) || len(out) == limit {
-				continue
-			}
-			row.Key, row.LastError = key.String, lastErr.String
-			if updated.Valid {
-				row.UpdatedAt = updated.Time.UTC()
-			}
-			out = append(out, row)
-			if p.Progress != nil {
-				p.Progress(len(out))
-			}
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, interpretError("dead_list", err)
-		}
-		if len(out) >= limit || n < page {
-			return out, nil
+		if len(c.out) >= limit || n < page {
+			return c.out, nil
 		}
 	}
+}
+
+// deadListCursor is where a dead list is: the rows kept so far and the row
+// the next page starts after.
+type deadListCursor struct {
+	limit        int
+	topic        topicFilter
+	progress     func(int)
+	out          []dialect.DeadRow
+	afterUpdated sql.NullTime
+	afterSeq     sql.NullInt64
+}
+
+// deadListPage reads one page of dead_list after the cursor, keeps the rows
+// whose topic matches (up to the limit) and returns how many rows the page
+// had.
+func (d *Dialect) deadListPage(ctx context.Context, c *deadListCursor, page int, p dialect.DeadListParams, sinceS, sinceMS sql.NamedArg) (int, error) {
+	rows, err := d.db.QueryContext(ctx, d.queries["dead_list"],
+		sql.Named("n", int64(page)), sql.Named("topic_like", c.topic.param()), sql.Named("key", nullText(p.Key)),
+		sql.Named("since", nullTime(p.Since)), sinceS, sinceMS, sql.Named("after_updated", c.afterUpdated), sql.Named("after_seq", c.afterSeq))
+	if err != nil {
+		return 0, interpretError("dead_list", err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var (
+			row          dialect.DeadRow
+			key, lastErr sql.NullString
+			updated      sql.NullTime
+			seq          int64
+		)
+		if err := rows.Scan(&row.ID, &row.Topic, &key, &row.Attempt, &lastErr, &updated, &row.Held, &seq); err != nil {
+			return 0, interpretError("dead_list", err)
+		}
+		n++
+		c.afterUpdated = sql.NullTime{Time: updated.Time.UTC(), Valid: updated.Valid}
+		c.afterSeq = sql.NullInt64{Int64: seq, Valid: true}
+		if !c.topic.match(row.Topic) || len(c.out) == c.limit {
+			continue
+		}
+		row.Key, row.LastError = key.String, lastErr.String
+		if updated.Valid {
+			row.UpdatedAt = updated.Time.UTC()
+		}
+		c.out = append(c.out, row)
+		if c.progress != nil {
+			c.progress(len(c.out))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, interpretError("dead_list", err)
+	}
+	return n, nil
 }
 
 // Replay implements dialect.Inspector. It reads the ids of the selected
