@@ -306,3 +306,34 @@ routes:
 		t.Fatalf("after the window: exit %d, %q\n%s", code, out, errOut)
 	}
 }
+
+// TestMigrateUpJSONAndProgress: migrate up on an empty schema applies every
+// bundled migration, shows its progress on stderr and reports them as JSON;
+// status then lists them applied.
+func TestMigrateUpJSONAndProgress(t *testing.T) {
+	pg := testenv.Postgres(t, testenv.WithoutMigrations())
+	w := &opWorld{pool: pg.Pool, config: writeConfig(t, "database:\n  url: \""+pg.URL+"\"\nserver:\n  listen: \"\"\n"+
+		"destinations:\n  hooks:\n    type: http\n    url: http://127.0.0.1:1/hooks\nroutes:\n  - topicPattern: \"**\"\n    destination: hooks\n")}
+	code, out, errOut := w.cli(t, "--progress-interval", "1ms", "migrate", "up", "-o", "json")
+	if code != 0 {
+		t.Fatalf("migrate up: exit %d\n%s", code, errOut)
+	}
+	var up migrateUpJSON
+	if err := json.Unmarshal([]byte(out), &up); err != nil || len(up.Applied) < 3 || up.Version != up.Applied[len(up.Applied)-1].Version {
+		t.Fatalf("migrate up -o json: %v %+v", err, up)
+	}
+	total := len(up.Applied)
+	if !strings.Contains(errOut, fmt.Sprintf("migrate: %d/%d migrations (100%%)", total, total)) {
+		t.Errorf("migrate up's progress does not end with %d of %d migrations:\n%s", total, total, errOut)
+	}
+	code, out, _ = w.cli(t, "migrate", "status", "-o", "json")
+	var st migrateStatusJSON
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Migrations) != total {
+		t.Fatalf("migrate status -o json: exit %d, %v, %+v", code, err, st)
+	}
+	for _, m := range st.Migrations {
+		if m.State != "applied" || m.AppliedAt == nil {
+			t.Errorf("after up: %+v", m)
+		}
+	}
+}
