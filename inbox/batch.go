@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -83,6 +84,7 @@ func (b *batcher) flush() {
 		case p := <-b.queue:
 			batch = append(batch[:0], p)
 		case <-b.stop:
+			b.drain(batch)
 			return
 		}
 	more:
@@ -97,6 +99,32 @@ func (b *batcher) flush() {
 		b.store(batch)
 	}
 }
+
+// drain stores what is still queued when the batcher stops, so that no
+// caller waits for an answer that never comes.
+func (b *batcher) drain(batch []*pendingReceive) {
+	for {
+		batch = batch[:0]
+		for len(batch) < maxBatch {
+			select {
+			case p := <-b.queue:
+				batch = append(batch, p)
+				continue
+			default:
+			}
+			break
+		}
+		if len(batch) == 0 {
+			return
+		}
+		b.store(batch)
+	}
+}
+
+// statementTimeout bounds one batch's statement, so that a database that
+// stops answering fails the requests waiting for it (503) instead of
+// holding them.
+const statementTimeout = 30 * time.Second
 
 // store runs one batch. A batch the database refuses for one element's
 // data (class 22) is stored one receive at a time, so that only that one
@@ -152,7 +180,8 @@ func (b *batcher) exec(batch []*pendingReceive) (map[string]bool, error) {
 		}
 		attempts[i], pull[i] = int32(maxAttempts(r)), r.Pull
 	}
-	ctx := context.WithoutCancel(batch[0].ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), statementTimeout)
+	defer cancel()
 	rows, err := b.t.pool.Query(ctx, b.t.receiveBatch, ids, sources, keys, topics, orderKeys, payloads, headers, attempts, pull)
 	if err != nil {
 		return nil, err
