@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/queuebox/queuebox/inbox"
@@ -348,5 +349,30 @@ func TestConcurrentRepeats(t *testing.T) {
 	}
 	if got := w.count(t, `SELECT count(*) FROM outbox`); got != 20 {
 		t.Errorf("%d outbox rows, want 20", got)
+	}
+}
+
+// TestDatabaseDown answers 503 with Retry-After while the database cannot
+// be reached: nothing was stored, and the sender should try again.
+func TestDatabaseDown(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+testenv.ClosedPort(t)+"/postgres?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	table, err := inbox.NewTable(pool, inbox.TableOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ingest.New(table, []ingest.Source{{Name: "plain", Auth: ingest.Auth{Scheme: ingest.SchemeBearer, Secrets: []string{bearerToken}},
+		Rules: intake.Rules{Source: "plain", IdempotencyKey: field(t, "Idempotency-Key", "")}}}, ingest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	a := (&world{srv: srv}).post(t, "plain", []byte(`{}`), bearer("k"))
+	if a.code != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "1" || !strings.Contains(a.Reason, "retry later") {
+		t.Errorf("%d %+v Retry-After %q; want 503 with Retry-After 1", a.code, a, a.header.Get("Retry-After"))
 	}
 }
