@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -37,10 +38,11 @@ const DefaultAPIKeyHeader = "X-Api-Key"
 // signature takes the same time whatever the input.
 type Auth struct {
 	Scheme    string
-	Secrets   []string      // signing secrets, bearer tokens or API keys; several for rotation
-	Header    string        // apiKey: the header that carries the key
-	Tolerance time.Duration // standardWebhooks, stripe: default DefaultTolerance
-	keys      [][]byte      // decoded signing keys, or digests of tokens
+	Secrets   []string            // signing secrets, bearer tokens or API keys; several for rotation
+	Header    string              // apiKey: the header that carries the key
+	Tolerance time.Duration       // standardWebhooks, stripe: default DefaultTolerance
+	keys      [][]byte            // decoded signing keys, or digests of tokens
+	public    []ed25519.PublicKey // standardWebhooks: whpk_ keys, verifying v1a signatures
 }
 
 // ErrUnauthorized is wrapped by every authentication failure.
@@ -61,9 +63,17 @@ func (a *Auth) compile() error {
 	for i, s := range a.Secrets {
 		switch a.Scheme {
 		case SchemeStandardWebhooks:
+			if pk, ok := strings.CutPrefix(s, "whpk_"); ok {
+				k, err := base64.StdEncoding.DecodeString(pk)
+				if err != nil || len(k) != ed25519.PublicKeySize {
+					return fmt.Errorf("auth.secrets[%d]: a Standard Webhooks public key is whpk_ followed by the base64 of 32 bytes", i)
+				}
+				a.public = append(a.public, ed25519.PublicKey(k))
+				continue
+			}
 			k, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
 			if err != nil || len(k) == 0 {
-				return fmt.Errorf("auth.secrets[%d]: a Standard Webhooks secret is whsec_ followed by base64", i)
+				return fmt.Errorf("auth.secrets[%d]: a Standard Webhooks secret is whsec_ followed by base64 (or a whpk_ public key)", i)
 			}
 			a.keys = append(a.keys, k)
 		case SchemeGitHub, SchemeStripe:
@@ -149,22 +159,31 @@ func (a *Auth) standardWebhooks(h http.Header, body []byte, now time.Time) error
 	if err := a.timestamp(ts, now); err != nil {
 		return err
 	}
+	signed := []byte(id + "." + ts + "." + string(body))
 	ok := false
-	for _, k := range a.keys {
-		want := sign(k, []byte(id), dot, []byte(ts), dot, body)
-		for _, s := range strings.Fields(sigs) {
-			v, sig, found := strings.Cut(s, ",")
-			if !found || v != "v1" {
-				continue
+	for _, s := range strings.Fields(sigs) {
+		v, sig, found := strings.Cut(s, ",")
+		got, err := base64.StdEncoding.DecodeString(sig)
+		if !found || err != nil {
+			continue
+		}
+		switch v {
+		case "v1":
+			for _, k := range a.keys {
+				if hmac.Equal(got, sign(k, signed)) {
+					ok = true
+				}
 			}
-			got, err := base64.StdEncoding.DecodeString(sig)
-			if err == nil && hmac.Equal(got, want) {
-				ok = true
+		case "v1a":
+			for _, k := range a.public {
+				if ed25519.Verify(k, signed, got) {
+					ok = true
+				}
 			}
 		}
 	}
 	if !ok {
-		return fmt.Errorf("%w: no valid v1 signature", ErrUnauthorized)
+		return fmt.Errorf("%w: no valid v1 or v1a signature", ErrUnauthorized)
 	}
 	return nil
 }

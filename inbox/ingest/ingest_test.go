@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -374,5 +375,28 @@ func TestDatabaseDown(t *testing.T) {
 	a := (&world{srv: srv}).post(t, "plain", []byte(`{}`), bearer("k"))
 	if a.code != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "1" || !strings.Contains(a.Reason, "retry later") {
 		t.Errorf("%d %+v Retry-After %q; want 503 with Retry-After 1", a.code, a, a.header.Get("Retry-After"))
+	}
+}
+
+// TestStandardWebhooksV1a verifies an ed25519 (v1a) signature against a
+// whpk_ public key, beside a symmetric secret.
+func TestStandardWebhooksV1a(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, ingest.Source{Name: "sw", Auth: ingest.Auth{Scheme: ingest.SchemeStandardWebhooks,
+		Secrets: []string{swSecret, "whpk_" + base64.StdEncoding.EncodeToString(pub)}},
+		Rules: intake.Rules{Source: "sw", IdempotencyKey: field(t, "webhook-id", "")}})
+	body := []byte(`{"type":"x"}`)
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	sig := base64.StdEncoding.EncodeToString(ed25519.Sign(priv, []byte("msg_1."+ts+"."+string(body))))
+	h := http.Header{"Webhook-Id": {"msg_1"}, "Webhook-Timestamp": {ts}, "Webhook-Signature": {"v1,bm90LWl0 v1a," + sig}}
+	if a := w.post(t, "sw", body, h); a.code != http.StatusAccepted {
+		t.Fatalf("v1a: %d %+v", a.code, a)
+	}
+	h.Set("Webhook-Signature", "v1a,"+base64.StdEncoding.EncodeToString(ed25519.Sign(priv, []byte("other"))))
+	if a := w.post(t, "sw", body, h); a.code != http.StatusUnauthorized {
+		t.Fatalf("a v1a signature of other content: %d %+v", a.code, a)
 	}
 }
