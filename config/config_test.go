@@ -301,7 +301,7 @@ func TestErrorColumnsAfterExpansion(t *testing.T) {
 
 func TestWarnings(t *testing.T) {
 	t.Parallel()
-	cfg, err := Parse([]byte(minimal+`  - topicPattern: "order.*"
+	_, err := Parse([]byte(minimal+`  - topicPattern: "order.*"
     destination: spare
 destinations:
   spare:
@@ -314,7 +314,7 @@ destinations:
 	if err == nil {
 		t.Fatal("a second destinations key must be a duplicate-key error")
 	}
-	cfg, err = Parse([]byte(`
+	cfg, err := Parse([]byte(`
 database: {url: "postgres://db/app"}
 destinations:
   events: {type: nats, servers: ["nats://h:4222"], subject: "{{ topic }}"}

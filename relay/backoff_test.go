@@ -8,10 +8,10 @@ import (
 func TestBackoffGrowsAndIsCapped(t *testing.T) {
 	b := Backoff{Base: time.Second, Max: 60 * time.Second}
 	b.setDefaults()
-	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	want := []int{1, 2, 4, 8, 16, 32, 60, 60, 60}
 	for attempt, w := range want {
-		if got := b.Delay(attempt); got != w*time.Second {
-			t.Errorf("Delay(%d) = %v, want %v", attempt, got, w*time.Second)
+		if got := b.Delay(attempt); got != time.Duration(w)*time.Second {
+			t.Errorf("Delay(%d) = %v, want %ds", attempt, got, w)
 		}
 	}
 	// Far past the cap, and past the point where the shift overflows.

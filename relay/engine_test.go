@@ -59,11 +59,6 @@ func (l *guardedList[T]) snapshot() []T {
 	return append([]T(nil), l.items...)
 }
 
-type harness struct {
-	pg  *testenv.PG
-	url string // the hook URL
-}
-
 func startEngine(t *testing.T, pg *testenv.PG, hookURL string, routes []router.RouteSpec, opt relay.Options) context.CancelFunc {
 	t.Helper()
 	return startEngineWrapped(t, pg, nil, hookURL, routes, opt)

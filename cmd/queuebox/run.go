@@ -316,7 +316,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	var srv *http.Server
 	if cfg.Server.Listen != "" {
-		ln, err := net.Listen("tcp", cfg.Server.Listen)
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Server.Listen)
 		if err != nil {
 			return fmt.Errorf("server.listen %s: %w (is another process using the port?)", cfg.Server.Listen, err)
 		}

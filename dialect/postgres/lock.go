@@ -159,6 +159,7 @@ func (d *LockDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (dia
 	if err != nil {
 		return dialect.Claimed{}, interpretError("lock claim", err)
 	}
+	defer rows.Close()
 	claimed, err := scanClaim(rows, p)
 	if err != nil {
 		return dialect.Claimed{}, interpretError("lock claim", err)

@@ -267,7 +267,7 @@ func compareMessages(a, b outbox.Message) int {
 func (d *Dialect) claim(ctx context.Context, query string, p dialect.ClaimParams) (dialect.Claimed, error) {
 	rows, err := d.pool.Query(ctx, query, d.claimArgs(p)...)
 	// The statement's implicit transaction commits with its last message,
-	// which scanMessages reads (rows.Err reports a failed commit).
+	// which scanRows reads (rows.Err reports a failed commit).
 	return claimedRows(rows, err, p, func() error { return nil })
 }
 

@@ -11,7 +11,15 @@ import (
 	"github.com/queuebox/queuebox/outbox"
 )
 
-// scanMessages reads claimed rows (the column order of claim.sql and
+// scanClaim reads the rows of a claim statement rendered for p: with a
+// window, each row ends with the start of the next window and the keys that
+// block this one, and a claim that took nothing returns one row whose other
+// columns are NULL.
+func scanClaim(rows rowScanner, p dialect.ClaimParams) (dialect.Claimed, error) {
+	return scanRows(rows, p.Limit, p.Window > 0)
+}
+
+// scanRows reads claimed rows (the column order of claim.sql and
 // lock/claim.sql) and returns them in (sequence, id) order: RETURNING
 // follows the UPDATE's join order, not the CTE's ORDER BY.
 //
@@ -23,25 +31,11 @@ import (
 //
 // The nullable targets are values declared once per call, not pointers
 // declared per row: pgx scans a **T by allocating a new T through
-// reflection for every non-NULL value, which was ~6 % of the relay's CPU
-// and seven allocations per row. For the
-// column types the schema check admits (ResolveTable: varchar and text,
-// int2/int4/int8, timestamptz) pgtype.Text, pgtype.Int8 and nullTime read
-// the same values as *string, *int64 and *time.Time did; nullTime also
-// reads timestamp and date, like *time.Time.
-func scanMessages(rows rowScanner, limit int) ([]outbox.Message, error) {
-	c, err := scanRows(rows, limit, false)
-	return c.Messages, err
-}
-
-// scanClaim reads the rows of a claim statement rendered for p: with a
-// window, each row ends with the start of the next window and the keys that
-// block this one, and a claim that took nothing returns one row whose other
-// columns are NULL.
-func scanClaim(rows rowScanner, p dialect.ClaimParams) (dialect.Claimed, error) {
-	return scanRows(rows, p.Limit, p.Window > 0)
-}
-
+// reflection for every non-NULL value. For the column types the schema
+// check admits (ResolveTable: varchar and text, int2/int4/int8,
+// timestamptz) pgtype.Text, pgtype.Int8 and nullTime read the same values
+// as *string, *int64 and *time.Time would; nullTime also reads timestamp
+// and date, like *time.Time.
 func scanRows(rows rowScanner, limit int, withNext bool) (dialect.Claimed, error) {
 	defer rows.Close()
 	msgs := make([]outbox.Message, 0, limit)
@@ -107,7 +101,7 @@ func scanRows(rows rowScanner, limit int, withNext bool) (dialect.Claimed, error
 	return c, nil
 }
 
-// rowScanner is what scanMessages reads: pgx.Rows, or turnRows.
+// rowScanner is what scanRows reads: pgx.Rows, or turnRows.
 type rowScanner interface {
 	Next() bool
 	Scan(dest ...any) error

@@ -163,15 +163,6 @@ func (d *Dialect) missingIndexes(ctx context.Context, args []any, schemaExpr str
 	return out, nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func equal(a, b []string) bool {
 	if len(a) != len(b) {
 		return false

@@ -36,18 +36,22 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to serve on")
 	notify := flag.String("notify", "", "PostgreSQL NOTIFY channel the relay listens on (empty: none)")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(ctx, os.Getenv("DATABASE_URL"), *notify, ln, log); err != nil {
+	if err := serve(*listen, *notify, log); err != nil {
 		log.Error("orderservice failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// serve listens on listen and runs the service until SIGINT or SIGTERM.
+func serve(listen, notify string, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)
+	if err != nil {
+		return err
+	}
+	return run(ctx, os.Getenv("DATABASE_URL"), notify, ln, log)
 }
 
 // run serves on ln until ctx ends.

@@ -28,18 +28,25 @@ func TestOrderService(t *testing.T) {
 
 	post := func(body string) (int, map[string]string) {
 		t.Helper()
-		var resp *http.Response
+		var (
+			code int
+			b    []byte
+		)
 		// The server is serving once setup is done; wait for it.
 		testenv.Eventually(t, 10*time.Second, func() bool {
 			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/orders", strings.NewReader(body))
-			resp, err = http.DefaultClient.Do(req)
-			return err == nil
-		}, "orderservice never answered: %v", err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			code = resp.StatusCode
+			b, _ = io.ReadAll(resp.Body)
+			return true
+		}, "orderservice never answered")
 		var out map[string]string
 		_ = json.Unmarshal(b, &out)
-		return resp.StatusCode, out
+		return code, out
 	}
 
 	code, out := post(`{"customer":"ada","totalCents":4200}`)
