@@ -93,13 +93,13 @@ func (s *Source) put(ctx context.Context, r *kgo.Record) bool {
 	if s.o.RecordKeyOrders && !sink.Rules.OrderKey.IsSet() && len(r.Key) > 0 {
 		withKey := *sink
 		withKey.Rules.OrderKey, _ = intake.NewField(recordKeyHeader, "")
-		get = func(name string) string {
+		headerOf := in.Header
+		in.Header = func(name string) string {
 			if name == recordKeyHeader {
 				return string(r.Key)
 			}
-			return in.Header(name)
+			return headerOf(name)
 		}
-		in.Header = get
 		sink = &withKey
 	}
 	err := sink.Put(ctx, in, s.o.Headers.Filter(h))

@@ -33,16 +33,18 @@ func TestKafkaSource(t *testing.T) {
 	}
 	defer prod.Close()
 	rec := func(key, id, body string) *kgo.Record {
-		r := &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(body)}
+		r := &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(body), Headers: []kgo.RecordHeader{{Key: "X-Kind", Value: []byte("created")}}}
 		if id != "" {
-			r.Headers = []kgo.RecordHeader{{Key: "X-Message-Id", Value: []byte(id)}}
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "X-Message-Id", Value: []byte(id)})
 		}
 		return r
 	}
 	if err := prod.ProduceSync(ctx, rec("c-1", "m-1", `{"n":1}`), rec("c-1", "m-1", `{"n":1}`), rec("c-2", "", `{"n":2}`), rec("c-3", "m-3", `nope`)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	sink := &source.Sink{Store: table, Rules: intake.Rules{Source: "kafka", Headers: intake.NewHeaderPolicy()}, Pull: true}
+	idem, _ := intake.NewField("X-Request-Id", "")
+	tp, _ := intake.ParseTopic("{{ topic }}.{{ header.X-Kind }}")
+	sink := &source.Sink{Store: table, Rules: intake.Rules{Source: "kafka", IdempotencyKey: idem, Topic: tp, Headers: intake.NewHeaderPolicy()}, Pull: true}
 	src, err := kafkasource.New(sink, kafkasource.Options{Brokers: k.Brokers, Topics: []string{topic}, Group: "inbox", Headers: sink.Rules.Headers, RecordKeyOrders: true})
 	if err != nil {
 		t.Fatal(err)
@@ -58,11 +60,14 @@ func TestKafkaSource(t *testing.T) {
 	stop()
 	<-done
 	var keys, ids []string
-	rows, _ := pg.Pool.Query(ctx, `SELECT key, idempotency_key FROM inbox ORDER BY sequence`)
+	rows, _ := pg.Pool.Query(ctx, `SELECT key, idempotency_key, topic FROM inbox ORDER BY sequence`)
 	for rows.Next() {
-		var key, id string
-		_ = rows.Scan(&key, &id)
+		var key, id, tp string
+		_ = rows.Scan(&key, &id, &tp)
 		keys, ids = append(keys, key), append(ids, id)
+		if tp != topic+".created" {
+			t.Errorf("topic %q, want %s.created", tp, topic)
+		}
 	}
 	if len(keys) != 2 || keys[0] != "c-1" || ids[0] != "m-1" || keys[1] != "c-2" || ids[1] != topic+"/0/2" {
 		t.Errorf("rows: keys %v ids %v", keys, ids)
