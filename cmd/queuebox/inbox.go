@@ -84,9 +84,12 @@ func (s *inboxService) openTable(ctx context.Context) error {
 	in := s.cfg.Inbox
 	pc, err := pgxpool.ParseConfig(s.cfg.Database.URL)
 	if err != nil {
-		return errors.New("database.url is not a valid PostgreSQL connection string (inbox)")
+		return errors.New("database.url is not a valid PostgreSQL connection string; write it as postgres://user@host:5432/dbname")
 	}
 	pc.MaxConns = int32(in.MaxConns)
+	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > connectTimeout {
+		pc.ConnConfig.ConnectTimeout = connectTimeout
+	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "queuebox inbox"
 	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err == nil {
