@@ -17,6 +17,12 @@
 // span continues the producer's trace; the helpers for the broker
 // clients live in subpackages (natsinbox, kafkainbox, amqpinbox) so that a
 // consumer links only the client library it uses.
+//
+// The receiving service's side lives here too (docs/inbox.md): Table
+// stores received messages in the inbox table with one INSERT ... ON
+// CONFLICT DO NOTHING each (queuebox run's HTTP ingest and broker sources
+// use it), and Worker hands the rows of a pull source to the application's
+// Handler inside the transaction that marks them processed.
 package inbox
 
 import (
