@@ -122,6 +122,7 @@ func check(ctx context.Context, g *globalFlags) (*checkReport, error) {
 	}
 	checkDatabase(ctx, rep, cfg)
 	checkDestinations(ctx, rep, g, cfg)
+	checkInbox(ctx, rep, cfg)
 	return rep, nil
 }
 

@@ -64,6 +64,9 @@ func startInbox(ctx context.Context, cfg *config.Config, log *slog.Logger, m *me
 	if err := s.openTable(ctx); err != nil {
 		return nil, err
 	}
+	// One statement in flight per core: more flushers make smaller batches,
+	// each with its own commit, on the database the requests wait for.
+	s.table.Batch(min(runtime.NumCPU(), max(cfg.Inbox.MaxConns/2, 1)))
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	stopAll := func() { cancel(); s.wg.Wait(); s.table.Close(); s.pool.Close() }
@@ -112,9 +115,6 @@ func (s *inboxService) openTable(ctx context.Context) error {
 		s.pool.Close()
 		return err
 	}
-	// One statement in flight per core: more flushers make smaller batches,
-	// each with its own commit, on the database the requests wait for.
-	s.table.Batch(min(runtime.NumCPU(), max(in.MaxConns/2, 1)))
 	return nil
 }
 
@@ -132,6 +132,21 @@ func (s *inboxService) checkStatements(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// checkInbox reports, for queuebox check, whether the inbox table takes
+// the receive statements as run prepares them (it writes nothing).
+func checkInbox(ctx context.Context, rep *checkReport, cfg *config.Config) {
+	if !cfg.Inbox.Enabled() {
+		return
+	}
+	s := &inboxService{cfg: cfg}
+	if err := s.openTable(ctx); err != nil {
+		rep.fail("", "%v", err)
+		return
+	}
+	s.pool.Close()
+	rep.pass("inbox table %s: %d sources", cfg.Inbox.Table, len(cfg.Inbox.Sources))
 }
 
 // rules compiles a source's intake rules from its config.

@@ -223,9 +223,17 @@ inbox:
 	if err == nil || !strings.Contains(string(out), "queuebox migrate") || !strings.Contains(string(out), "inbox") {
 		t.Fatalf("run without the inbox table: %v\n%s", err, out)
 	}
+	out, _ = exec.Command(binPath, "check", "--config", path).CombinedOutput()
+	if !strings.Contains(string(out), "FAIL  inbox.table inbox") {
+		t.Errorf("check without the inbox table:\n%s", out)
+	}
 	out, err = exec.Command(binPath, "migrate", "--config", path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "00001_create_inbox.sql") {
 		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	out, _ = exec.Command(binPath, "check", "--config", path).CombinedOutput()
+	if !strings.Contains(string(out), "ok    inbox table inbox: 1 sources") {
+		t.Errorf("check with the inbox table:\n%s", out)
 	}
 	ctx := testenv.Context(t, time.Minute)
 	pg.MustExec(t, ctx, `INSERT INTO inbox (source, idempotency_key, topic, payload, state, updated_at, scheduled_at) VALUES
