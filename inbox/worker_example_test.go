@@ -25,7 +25,8 @@ func ExampleNewWorker() {
 		return err // an error rolls back the effect and retries the message later
 	}, inbox.WorkerOptions{Source: "payments", Concurrency: 4})
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	_ = w.Run(ctx) // until ctx ends
 }
