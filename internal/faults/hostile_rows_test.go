@@ -108,7 +108,7 @@ routes:
 	waitState("sent")
 	const replays = 12
 	for i := range replays {
-		if code, out := runCLI(t, "replay", "--config", cfg, "--state", "sent", "--id", id); code != 0 || !strings.Contains(out, "replayed 1 rows") {
+		if code, out := runCLI(t, "replay", "--config", cfg, "--state", "sent", "--id", id, "--yes"); code != 0 || !strings.Contains(out, "replayed 1 rows") {
 			t.Fatalf("replay %d: exit %d: %s", i+1, code, out)
 		}
 		waitState("sent")
