@@ -32,13 +32,28 @@ func NATSURL(t testing.TB) string {
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		_, err = js.AccountInfo(ctx)
+		if _, err = js.AccountInfo(ctx); err == nil {
+			err = keepStreamsDir(ctx, js)
+		}
 	}
 	if err != nil {
 		Unavailable(t, "NATS JetStream ("+url+")", err)
 		return ""
 	}
 	return url
+}
+
+// keepStreamsDir makes sure the shared server's account keeps one file
+// stream that no test deletes. A nats-server (2.9) that deletes an
+// account's last file stream removes the account's streams directory,
+// and a stream created at that moment by a test running in parallel fails
+// with "error creating store for stream" (10049).
+func keepStreamsDir(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: "QUEUEBOX_TESTENV_KEEP", Subjects: []string{"queuebox-testenv.keep"},
+		Storage: jetstream.FileStorage, MaxMsgs: 1,
+	})
+	return err
 }
 
 // UniqueName returns prefix followed by a random suffix of letters and
