@@ -9,22 +9,6 @@ SELECT r.{{ col "topic" }},
        {{ if has "updatedAt" }}max(r.{{ col "updatedAt" }}){{ else }}NULL::timestamptz{{ end }},
        now()
 FROM {{ .Table }} AS r
-WHERE r.{{ col "state" }} = $1::text
-  AND r.{{ col "state" }} IN ({{ state "dead" }}, {{ state "sent" }})
-  AND ($2::text[] IS NULL OR r.{{ col "id" }} = ANY({{ ids "$2" }}))
-  AND ($3::text IS NULL OR r.{{ col "topic" }} ~ $3::text)
-{{- if has "key" }}
-  AND ($4::text IS NULL OR r.{{ col "key" }} = $4::text)
-{{- else }}
-  AND $4::text IS NULL
-{{- end }}
-{{- if has "updatedAt" }}
-  AND ($5::timestamptz IS NULL OR r.{{ col "updatedAt" }} >= $5::timestamptz)
-  AND ($6::timestamptz IS NULL OR r.{{ col "updatedAt" }} < $6::timestamptz)
-  AND ($7::bigint IS NULL OR r.{{ col "updatedAt" }} >= now() - $7::bigint * interval '1 microsecond')
-  AND ($8::bigint IS NULL OR r.{{ col "updatedAt" }} < now() - $8::bigint * interval '1 microsecond')
-{{- else }}
-  AND $5::timestamptz IS NULL AND $6::timestamptz IS NULL AND $7::bigint IS NULL AND $8::bigint IS NULL
-{{- end }}
+{{- template "replayFilter" . }}
 GROUP BY r.{{ col "topic" }}
 ORDER BY r.{{ col "topic" }}
