@@ -37,7 +37,8 @@
 -- a window's rows cannot be claimed now (keys held by other batches,
 -- waiting out a backoff, or held dead), so that no such row keeps the rows
 -- behind it waiting (relay/sweep.go).
-WITH candidates AS (
+WITH {{ if .Window }}{{ template "windowCTE" . }},
+{{ end }}candidates AS (
     SELECT c.{{ col "id" }}
     FROM {{ .Table }} AS c
     WHERE c.{{ col "state" }} = {{ state "pending" }}

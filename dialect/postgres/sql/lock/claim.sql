@@ -20,6 +20,7 @@
 -- nothing was locked, its columns NULL but those), so that the engine can
 -- look past rows that cannot be claimed now.
 {{- if .Window }}
+WITH {{ template "windowCTE" . }}
 SELECT claimed.*, nx.start, nx.next, NULL::text[] AS blockers
 FROM (SELECT {{ template "windowStart" . }} AS start,
              {{ template "nextWindow" . }} AS next) AS nx
