@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
@@ -62,13 +63,36 @@ type Tracing struct {
 	tracer   trace.Tracer
 	prop     propagation.TraceContext
 	systems  map[string]string
+	dests    map[string]destSpan // per destination in Systems, made once
 	secrets  []string
+}
+
+// destSpan is what every span of one destination shares: its name and the
+// attributes that do not depend on the row.
+type destSpan struct {
+	name  string
+	attrs []attribute.KeyValue
+}
+
+// attrPool holds the slices Start hands a span its attributes in.
+var attrPool = sync.Pool{New: func() any { s := make([]attribute.KeyValue, 0, 8); return &s }}
+
+func newDestSpan(dest, system string) destSpan {
+	return destSpan{name: "send " + dest, attrs: []attribute.KeyValue{
+		semconv.MessagingSystemKey.String(system),
+		semconv.MessagingDestinationName(dest),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("send"),
+	}}
 }
 
 // Setup builds the tracer the environment asks for. Off (OTEL_TRACES_EXPORTER
 // unset, empty or none), it builds nothing and Enabled is false.
 func Setup(ctx context.Context, o Options) (*Tracing, error) {
-	t := &Tracing{systems: o.Systems, secrets: o.Secrets}
+	t := &Tracing{systems: o.Systems, secrets: o.Secrets, dests: make(map[string]destSpan, len(o.Systems))}
+	for dest, system := range o.Systems {
+		t.dests[dest] = newDestSpan(dest, system)
+	}
 	name, _ := o.LookupEnv(EnvExporter)
 	name = strings.TrimSpace(name)
 	if o.Exporter == nil && (name == "" || name == "none") {
@@ -115,17 +139,29 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // of the row's (relay.Tracer). The row's own traceparent is the span's
 // parent, never what is sent.
 func (t *Tracing) Start(ctx context.Context, dest string, m *outbox.Message) func(error) {
-	parent := t.prop.Extract(ctx, rowHeaders(m.Headers))
-	system := t.systems[dest]
-	ctx, span := t.tracer.Start(parent, "send "+dest, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-		semconv.MessagingSystemKey.String(system),
-		semconv.MessagingDestinationName(dest),
-		semconv.MessagingMessageID(m.ID),
-		semconv.MessagingOperationTypeSend,
-		semconv.MessagingOperationName("send"),
-		attribute.String("queuebox.topic", m.Topic),
-		attribute.Int("queuebox.attempt", m.Attempt),
-	))
+	parent := ctx
+	if len(m.Headers) > 0 {
+		parent = t.prop.Extract(ctx, rowHeaders(m.Headers))
+	}
+	ds, ok := t.dests[dest]
+	if !ok {
+		ds = newDestSpan(dest, t.systems[dest])
+	}
+	ctx, span := t.tracer.Start(parent, ds.name, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		// The span copies its attributes: one pooled slice carries them,
+		// rather than an option that is copied once more.
+		buf := attrPool.Get().(*[]attribute.KeyValue)
+		attrs := append(append((*buf)[:0], ds.attrs...),
+			semconv.MessagingMessageID(m.ID),
+			attribute.String("queuebox.topic", m.Topic))
+		if m.Attempt > 0 {
+			attrs = append(attrs, attribute.Int("queuebox.attempt", m.Attempt))
+		}
+		span.SetAttributes(attrs...)
+		*buf = attrs
+		attrPool.Put(buf)
+	}
 	h := make(map[string]string, len(m.Headers)+2)
 	for k, v := range m.Headers {
 		if !strings.EqualFold(k, "traceparent") && !strings.EqualFold(k, "tracestate") {

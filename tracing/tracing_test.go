@@ -99,7 +99,8 @@ func TestSpanIsTheRowsChild(t *testing.T) {
 	}
 	a := attrs(s.Attributes)
 	for k, want := range map[string]string{"messaging.system": "nats", "messaging.destination.name": "events",
-		"messaging.message.id": "0192-row", "messaging.operation.type": "send"} {
+		"messaging.message.id": "0192-row", "messaging.operation.type": "send", "messaging.operation.name": "send",
+		"queuebox.topic": "order.created", "queuebox.attempt": "2"} {
 		if a[k] != want {
 			t.Errorf("attribute %s = %q, want %q", k, a[k], want)
 		}
@@ -133,6 +134,11 @@ func TestRowWithoutTraceStartsOne(t *testing.T) {
 	}
 	if !strings.Contains(m.Headers["traceparent"], s.SpanContext.TraceID().String()) {
 		t.Errorf("traceparent %q is not the new span's", m.Headers["traceparent"])
+	}
+	if a := attrs(s.Attributes); a["queuebox.topic"] != "t" || a["messaging.message.id"] != "r" {
+		t.Errorf("attributes %v: want the row's topic and id", a)
+	} else if v, ok := a["queuebox.attempt"]; ok {
+		t.Errorf("a first attempt carries queuebox.attempt = %s; only retries do", v)
 	}
 	if s.Status.Code != codes.Error || strings.Contains(s.Status.Description, "hunter2") {
 		t.Errorf("status %+v: want an error without the secret", s.Status)
