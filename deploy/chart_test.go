@@ -67,6 +67,9 @@ func TestChart(t *testing.T) {
 		if got := dig(pdb, "spec", "selector", "matchLabels"); !subset(got, dig(d, "spec", "template", "metadata", "labels")) {
 			t.Errorf("the PodDisruptionBudget selects %v, not the pods", got)
 		}
+		if ports := containerOf(t, d)["ports"].([]any); len(ports) != 1 {
+			t.Errorf("container ports %v: want the management port alone without an inbox", ports)
+		}
 		for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "Job"} {
 			if len(m.all(kind)) != 0 {
 				t.Errorf("a %s by default", kind)
@@ -126,6 +129,32 @@ routes:
 		_, err := run("template", "q", chartDir, "--set", "config=server: {listen: 127.0.0.1:9090}")
 		if err == nil || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("rendered with listen 127.0.0.1:9090 (err %v); want a refusal naming the loopback address", err)
+		}
+	})
+
+	t.Run("the inbox's ingest port", func(t *testing.T) {
+		cfg := "config=server: {listen: 0.0.0.0:9090}\ninbox: {listen: 0.0.0.0:8081}"
+		out, err := run("template", "q", chartDir, "--set", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := parseManifests(t, out)
+		ports := map[string]string{}
+		for _, p := range containerOf(t, m.one(t, "Deployment"))["ports"].([]any) {
+			ports[fmt.Sprint(p.(map[string]any)["name"])] = fmt.Sprint(p.(map[string]any)["containerPort"])
+		}
+		if ports["ingest"] != "8081" || ports["management"] != "9090" {
+			t.Errorf("container ports %v, want management 9090 and ingest 8081", ports)
+		}
+		svc := map[string]string{}
+		for _, p := range dig(m.one(t, "Service"), "spec", "ports").([]any) {
+			svc[fmt.Sprint(p.(map[string]any)["name"])] = fmt.Sprint(p.(map[string]any)["port"]) + "->" + fmt.Sprint(p.(map[string]any)["targetPort"])
+		}
+		if svc["ingest"] != "8081->ingest" {
+			t.Errorf("Service ports %v, want ingest 8081 to the container's ingest port", svc)
+		}
+		if _, err := run("template", "q", chartDir, "--set", "config=server: {listen: 0.0.0.0:9090}\ninbox: {listen: 127.0.0.1:8081}"); err == nil || !strings.Contains(err.Error(), "inbox.listen") {
+			t.Errorf("rendered with inbox.listen 127.0.0.1:8081 (err %v); want a refusal naming inbox.listen", err)
 		}
 	})
 

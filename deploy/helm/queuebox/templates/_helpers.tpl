@@ -66,6 +66,26 @@ or missing listen address fails the render: the kubelet could not reach it.
 {{- regexReplaceAll "^(.*):([0-9]+)$" $listen "${2}" -}}
 {{- end -}}
 
+{{/*
+The inbox's ingest port: the port of inbox.listen in the config, empty when
+the config takes no webhooks. The container and the Service expose it as
+"ingest". A loopback address fails the render: the Service could not reach it.
+*/}}
+{{- define "queuebox.ingestPort" -}}
+{{- $cfg := .Values.config | fromYaml -}}
+{{- $listen := dig "inbox" "listen" "" $cfg | toString -}}
+{{- if $listen -}}
+{{- if not (regexMatch "^(.*):([0-9]+)$" $listen) -}}
+{{- fail (printf "config: inbox.listen %q: want host:port, e.g. 0.0.0.0:8081" $listen) -}}
+{{- end -}}
+{{- $host := regexReplaceAll "^(.*):([0-9]+)$" $listen "${1}" -}}
+{{- if or (hasPrefix "127." $host) (eq $host "localhost") (eq $host "[::1]") -}}
+{{- fail (printf "config: inbox.listen %q is a loopback address: the Service cannot reach it; use 0.0.0.0:PORT" $listen) -}}
+{{- end -}}
+{{- regexReplaceAll "^(.*):([0-9]+)$" $listen "${2}" -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The pod's security context: an unprivileged user, the runtime's seccomp profile. */}}
 {{- define "queuebox.podSecurityContext" -}}
 runAsNonRoot: true
