@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/queuebox/queuebox/address"
 	"github.com/queuebox/queuebox/config"
@@ -31,6 +32,9 @@ func openInspector(ctx context.Context, g *globalFlags) (*operatorDB, error) {
 	if err != nil {
 		return nil, err
 	}
+	if g.inbox {
+		onInboxTable(cfg)
+	}
 	// --log-level and --log-format are checked here for every operator
 	// command, also those that log nothing (stats, dead list): a bad value
 	// is an error, not silently ignored.
@@ -47,6 +51,24 @@ func openInspector(ctx context.Context, g *globalFlags) (*operatorDB, error) {
 		return nil, fmt.Errorf("database.type %s does not support the operator commands yet", cfg.Database.Type)
 	}
 	return &operatorDB{cfg: cfg, db: db.Dialect, in: in, close: db.Close}, nil
+}
+
+// addInboxFlag adds --inbox to an operator command.
+func addInboxFlag(f *pflag.FlagSet, g *globalFlags) {
+	f.BoolVar(&g.inbox, "inbox", false, "act on the inbox table (inbox.table, default inbox) instead of the outbox")
+}
+
+// onInboxTable points cfg's database at the inbox table, whose columns
+// are the bundled outbox's without aggregate_type: the operator commands
+// then read and move its rows as they do the outbox's.
+func onInboxTable(cfg *config.Config) {
+	table := cfg.Inbox.Table
+	if table == "" {
+		table = config.DefaultInboxTable
+	}
+	cfg.Database.OutboxTable = table
+	cfg.Database.Columns = map[string]string{"aggregateType": ""}
+	cfg.Database.States = nil
 }
 
 // timeBound is a --since or --until value: an absolute time (at), or a
@@ -102,6 +124,7 @@ func newDeadCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	cmd.AddCommand(newDeadListCmd(g), newDeadReleaseCmd(g))
+	addInboxFlag(cmd.PersistentFlags(), g)
 	for _, c := range cmd.Commands() {
 		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	}

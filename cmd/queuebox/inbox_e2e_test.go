@@ -257,3 +257,70 @@ inbox:
 		t.Fatalf("exit %d:\n%s", code, p.Logs())
 	}
 }
+
+// TestOperatorCommandsOnTheInbox: with --inbox, stats, dead list and
+// replay act on the inbox table; without it, on the outbox, which has
+// none of those rows.
+func TestOperatorCommandsOnTheInbox(t *testing.T) {
+	pg := testenv.Postgres(t)
+	path := writeConfig(t, fmt.Sprintf(`database:
+  url: %q
+server:
+  listen: ""
+destinations:
+  hooks: {type: http, url: "http://127.0.0.1:9/x"}
+routes:
+  - {topicPattern: "**", destination: hooks}
+inbox:
+  listen: 127.0.0.1:0
+  sources:
+    orders: {type: http, auth: {scheme: bearer, secrets: [t0ken-for-test]}, idempotencyKey: {header: Idempotency-Key}, handoff: pull}
+`, pg.URL))
+	if out, err := exec.Command(binPath, "migrate", "--config", path).CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	ctx := testenv.Context(t, time.Minute)
+	var deadID string
+	if err := pg.Pool.QueryRow(ctx, `INSERT INTO inbox (source, idempotency_key, topic, key, payload, state, attempt, last_error)
+		VALUES ('orders', 'd1', 'orders', 'o-1', '{}', 'dead', 5, 'handler: refused') RETURNING id::text`).Scan(&deadID); err != nil {
+		t.Fatal(err)
+	}
+	pg.MustExec(t, ctx, `INSERT INTO inbox (source, idempotency_key, topic, payload) VALUES ('orders', 'p1', 'orders', '{}')`)
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binPath, append(args, "--config", path)...).Output()
+		if err != nil {
+			t.Fatalf("queuebox %s: %v", strings.Join(args, " "), err)
+		}
+		return string(out)
+	}
+
+	var dead []map[string]any
+	if err := json.Unmarshal([]byte(cli("dead", "list", "--inbox", "-o", "json")), &dead); err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0]["id"] != deadID || dead[0]["lastError"] != "handler: refused" {
+		t.Errorf("dead list --inbox: %v, want the inbox's dead row %s", dead, deadID)
+	}
+	if err := json.Unmarshal([]byte(cli("dead", "list", "-o", "json")), &dead); err != nil || len(dead) != 0 {
+		t.Errorf("dead list without --inbox: %v (%v), want the outbox's none", dead, err)
+	}
+	var stats struct {
+		States map[string]int64 `json:"states"`
+	}
+	if err := json.Unmarshal([]byte(cli("stats", "--inbox", "-o", "json")), &stats); err != nil {
+		t.Fatal(err)
+	}
+	if stats.States["pending"] != 1 || stats.States["dead"] != 1 {
+		t.Errorf("stats --inbox counts %v, want 1 pending and 1 dead", stats.States)
+	}
+	cli("replay", "--inbox", "--id", deadID, "--yes")
+	var state string
+	var attempt int
+	if err := pg.Pool.QueryRow(ctx, `SELECT state, attempt FROM inbox WHERE id = $1`, deadID).Scan(&state, &attempt); err != nil {
+		t.Fatal(err)
+	}
+	if state != "pending" || attempt != 0 {
+		t.Errorf("after replay --inbox the row is %s at attempt %d, want pending at 0", state, attempt)
+	}
+}

@@ -72,6 +72,8 @@ type globalFlags struct {
 	// progressEvery is the interval of the plain progress lines (hidden
 	// flag --progress-interval; tests shorten it).
 	progressEvery time.Duration
+	// inbox: the operator commands act on the inbox table (--inbox).
+	inbox bool
 }
 
 func newRootCmd() *cobra.Command {

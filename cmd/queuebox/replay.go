@@ -76,6 +76,7 @@ stays the row id): replay warns, says when the window ends, and refuses
 		},
 	}
 	f := cmd.Flags()
+	addInboxFlag(f, g)
 	f.StringArrayVar(&o.ids, "id", nil, "row id (repeatable)")
 	f.StringVar(&o.topic, "topic", "", "topic pattern (\"*\" one token, \"**\" one or more, last only)")
 	f.StringVar(&o.key, "key", "", "exact key")

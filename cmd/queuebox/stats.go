@@ -117,6 +117,7 @@ leaves them out when none answers within a second.`,
 		},
 	}
 	f := cmd.Flags()
+	addInboxFlag(f, g)
 	addOutputFlag(cmd, &output)
 	f.IntVar(&top, "top", 10, "topics to list in the backlog")
 	f.IntVar(&held, "held-keys", 20, "held keys to list")
