@@ -199,26 +199,12 @@ func (s *senders) run(ctx context.Context) {
 // and inbox.retention deletes the rows older than its maxAge.
 func TestInboxMigrate(t *testing.T) {
 	pg := testenv.Postgres(t)
-	cfg := fmt.Sprintf(`database:
-  url: %q
-server:
-  listen: ""
-destinations:
-  hooks: {type: http, url: "http://127.0.0.1:9/x"}
-routes:
-  - {topicPattern: "**", destination: hooks}
-inbox:
-  listen: 127.0.0.1:0
-  retention: {maxAge: 1h}
+	path := writeInboxOnlyConfig(t, pg.URL, `  retention: {maxAge: 1h}
   sources:
     github:
       type: http
       auth: {scheme: github, secrets: [s3cret]}
-`, pg.URL)
-	path := filepath.Join(t.TempDir(), "queuebox.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	out, err := exec.Command(binPath, "run", "--config", path).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "queuebox migrate") || !strings.Contains(string(out), "inbox") {
 		t.Fatalf("run without the inbox table: %v\n%s", err, out)
@@ -263,19 +249,9 @@ inbox:
 // none of those rows.
 func TestOperatorCommandsOnTheInbox(t *testing.T) {
 	pg := testenv.Postgres(t)
-	path := writeConfig(t, fmt.Sprintf(`database:
-  url: %q
-server:
-  listen: ""
-destinations:
-  hooks: {type: http, url: "http://127.0.0.1:9/x"}
-routes:
-  - {topicPattern: "**", destination: hooks}
-inbox:
-  listen: 127.0.0.1:0
-  sources:
+	path := writeInboxOnlyConfig(t, pg.URL, `  sources:
     orders: {type: http, auth: {scheme: bearer, secrets: [t0ken-for-test]}, idempotencyKey: {header: Idempotency-Key}, handoff: pull}
-`, pg.URL))
+`)
 	if out, err := exec.Command(binPath, "migrate", "--config", path).CombinedOutput(); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
@@ -323,4 +299,22 @@ inbox:
 	if state != "pending" || attempt != 0 {
 		t.Errorf("after replay --inbox the row is %s at attempt %d, want pending at 0", state, attempt)
 	}
+}
+
+// writeInboxOnlyConfig writes a config on the database at dbURL whose
+// outbox routes to an unreachable webhook and whose inbox listens on a
+// free loopback port, with the inbox keys given (indented by two).
+func writeInboxOnlyConfig(t *testing.T, dbURL, inbox string) string {
+	t.Helper()
+	return writeConfig(t, fmt.Sprintf(`database:
+  url: %q
+server:
+  listen: ""
+destinations:
+  hooks: {type: http, url: "http://127.0.0.1:9/x"}
+routes:
+  - {topicPattern: "**", destination: hooks}
+inbox:
+  listen: 127.0.0.1:0
+`, dbURL)+inbox)
 }
