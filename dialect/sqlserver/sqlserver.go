@@ -26,7 +26,7 @@ import (
 	"github.com/queuebox/queuebox/sqlname"
 )
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql sql/*.tmpl
 var sqlFiles embed.FS
 
 // DriverName is the database/sql driver name to open SQL Server with
@@ -90,7 +90,9 @@ func QueryNames() []string {
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
-		names = append(names, strings.TrimSuffix(e.Name(), ".sql"))
+		if name, ok := strings.CutSuffix(e.Name(), ".sql"); ok {
+			names = append(names, name)
+		}
 	}
 	sort.Strings(names)
 	return names
@@ -154,7 +156,12 @@ func Render(m dialect.Mapping) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		tmpl, err := template.New(name).Option("missingkey=error").Funcs(funcs).Parse(string(src))
+		// The shared templates (sql/*.tmpl, such as replayFilter) come
+		// first, so that every query may call them.
+		tmpl, err := template.New(name).Option("missingkey=error").Funcs(funcs).ParseFS(sqlFiles, "sql/*.tmpl")
+		if err == nil {
+			tmpl, err = tmpl.Parse(string(src))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("sqlserver: parse %s.sql: %w", name, err)
 		}
