@@ -272,7 +272,7 @@ func (v *validator) relay() {
 	}
 	v.oneOf("database.synchronousCommit", v.cfg.Database.SynchronousCommit, "off", "local", "remote_write", "on", "remote_apply")
 	v.oneOf("relay.onDead", r.OnDead, "release", "hold")
-	v.oneOf("relay.claimMode", r.ClaimMode, "auto", "lease", "lock")
+	v.oneOf("relay.claimMode", r.ClaimMode, "auto", "lease", "lock", "buckets")
 	v.oneOf("relay.claimTurns", r.ClaimTurns, "table", "replica")
 	if r.LockTimeout < 0 {
 		v.fail("relay.lockTimeout", "must be 0 (relay.lease) or positive, got %v", r.LockTimeout.D())

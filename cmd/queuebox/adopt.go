@@ -53,6 +53,13 @@ func openPostgresDialect(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapp
 	}
 	opts := []postgres.Option{postgres.WithHoldDeadKeys(hold), postgres.WithIDType(plan.IDType), postgres.WithUniqueID(plan.IDUnique), postgres.WithLastErrorLength(plan.LastErrorLen),
 		postgres.WithTableClaimTurns(cfg.Relay.ClaimTurns != "replica")}
+	if plan.Mode == postgres.ModeBuckets {
+		d, err := postgres.NewBucketMode(pool, plan.Mapping, cfg.Relay.Lease.D(), opts...)
+		if err != nil {
+			return nil, &plan, fmt.Errorf("database: %w", err)
+		}
+		return d, &plan, nil
+	}
 	if plan.Mode == postgres.ModeLock {
 		lockTimeout := cfg.Relay.LockTimeout.D()
 		if lockTimeout == 0 {

@@ -138,6 +138,28 @@ func idsBy(t *testing.T, pool *pgxpool.Pool, query string) map[string][2]string 
 // nats-outbox table taken over with YAML only, in lock mode, by two
 // replicas, one of which is killed mid-batch and started again.
 func TestAdoptNatsOutboxTable(t *testing.T) {
+	b := adoptNatsOutbox(t, "claimMode: lock\npollInterval: 20ms\nbatchSize: 50\nlockTimeout: 20s", "lock")
+	// The table has no index for the head-of-key probe: every claim scans
+	// it, which the start log says, with the DDL.
+	if want := `no index on (aggregate_id, id) for the head-of-key probe: the claim will scan the table; fix: CREATE INDEX CONCURRENTLY`; !strings.Contains(b.Logs(), want) {
+		t.Errorf("the start log does not warn of the missing head-of-key index (%q):\n%s", want, b.Logs())
+	}
+}
+
+// TestAdoptNatsOutboxTableInBucketMode: the same table in bucket mode. The
+// killed replica's buckets go to the others once its membership ends (one
+// lease), and the rows it had out are delivered again with the same ids,
+// which JetStream absorbs.
+func TestAdoptNatsOutboxTableInBucketMode(t *testing.T) {
+	adoptNatsOutbox(t, "claimMode: buckets\nlease: 3s\npollInterval: 20ms\nbatchSize: 50", "buckets")
+}
+
+// adoptNatsOutbox relays the nats-outbox table with relayCfg (claim mode
+// mode) by two replicas, kills one mid-drain and starts it again, and
+// checks that every row arrives once, in order per key, and that the start
+// log and check name the claim mode. It returns the replica that ran to
+// the end.
+func adoptNatsOutbox(t *testing.T, relayCfg, mode string) *testenv.Process {
 	w := newAdoptWorld(t, natsOutboxDDL)
 	ctx := testenv.Context(t, time.Minute)
 	const rows, keys = 3000, 30
@@ -152,10 +174,13 @@ func TestAdoptNatsOutboxTable(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := w.config(t, natsOutboxDatabase, "claimMode: lock\npollInterval: 20ms\nbatchSize: 50\nlockTimeout: 20s")
+	cfg := w.config(t, natsOutboxDatabase, relayCfg)
 	out, _ := exec.Command(binPath, "check", "--config", cfg).CombinedOutput()
-	if !strings.Contains(string(out), "claim mode lock") || !strings.Contains(string(out), "claim_token") {
-		t.Errorf("check does not report lock mode and the DDL for lease mode:\n%s", out)
+	if !strings.Contains(string(out), "claim mode "+mode) {
+		t.Errorf("check does not report %s mode:\n%s", mode, out)
+	}
+	if mode == "lock" && !strings.Contains(string(out), "claim_token") {
+		t.Errorf("check does not print the DDL for lease mode:\n%s", out)
 	}
 	a := startQueuebox(t, "run", "--config", cfg)
 	b := startQueuebox(t, "run", "--config", cfg)
@@ -163,7 +188,7 @@ func TestAdoptNatsOutboxTable(t *testing.T) {
 		return countBy(t, w.pg.Pool, `SELECT status, count(*) FROM outbox_events GROUP BY status`)["published"]
 	}
 	testenv.Eventually(t, 60*time.Second, func() bool { return published() >= 600 }, "no progress")
-	a.Kill() // mid-batch: its open transactions roll back
+	a.Kill() // mid-drain: lock mode's open transactions roll back; bucket mode's rows out stay pending
 	if published() == rows {
 		t.Fatal("the relays finished before one could be killed; the test proves nothing")
 	}
@@ -174,13 +199,8 @@ func TestAdoptNatsOutboxTable(t *testing.T) {
 			t.Fatalf("exit status after SIGTERM = %d", code)
 		}
 	}
-	if !strings.Contains(b.Logs(), "claim mode lock") {
+	if !strings.Contains(b.Logs(), "claim mode "+mode) {
 		t.Errorf("the start log does not say which claim mode is used")
-	}
-	// The table has no index for the head-of-key probe: every claim scans
-	// it, which the start log says, with the DDL.
-	if want := `no index on (aggregate_id, id) for the head-of-key probe: the claim will scan the table; fix: CREATE INDEX CONCURRENTLY`; !strings.Contains(b.Logs(), want) {
-		t.Errorf("the start log does not warn of the missing head-of-key index (%q):\n%s", want, b.Logs())
 	}
 
 	states := countBy(t, w.pg.Pool, `SELECT status || '/' || (published_at IS NOT NULL) || '/' || (last_error IS NOT NULL), count(*) FROM outbox_events GROUP BY 1`)
@@ -195,6 +215,7 @@ func TestAdoptNatsOutboxTable(t *testing.T) {
 	if n := checkDeliveries(t, "JetStream", got, ids, w.prefix, false); n != keys {
 		t.Fatalf("%d keys delivered, want %d", n, keys)
 	}
+	return b
 }
 
 // A table of another shape: BIGINT id that is also the sequence, other

@@ -146,8 +146,8 @@ func (d *database) Ping(ctx context.Context) error {
 
 // Close closes the connections. It is idempotent.
 func (d *database) Close() {
-	if l, ok := d.Dialect.(*postgres.LockDialect); ok {
-		l.Close()
+	if c, ok := d.Dialect.(interface{ Close() }); ok {
+		c.Close() // lock mode rolls back its open batches; bucket mode leaves the group
 	}
 	if d.pool != nil {
 		d.pool.Close()
@@ -185,6 +185,12 @@ func openDialectFor(ctx context.Context, cfg *config.Config, forRelay bool) (*da
 		if err != nil {
 			pool.Close()
 			return nil, err
+		}
+		if forRelay && plan.Mode != postgres.ModeBuckets {
+			if n, err := postgres.LiveBucketMembers(ctx, pool, plan.Mapping); err == nil && n > 0 {
+				pool.Close()
+				return nil, fmt.Errorf("database: %d relay(s) in bucket mode (relay.claimMode: buckets) are at work on this table, and this relay would claim in %s mode: both would publish the same rows; use the same relay.claimMode on every relay (stop them all to change it)", n, plan.Mode)
+			}
 		}
 		cc := pool.Config().ConnConfig
 		return &database{Dialect: d, pool: pool, plan: plan, desc: fmt.Sprintf("postgresql %s/%s as %s", net.JoinHostPort(cc.Host, fmt.Sprint(cc.Port)), cc.Database, cc.User)}, nil

@@ -69,6 +69,10 @@ type options struct {
 	hold   bool
 	idType string // SQL type of the id column for casts (WithIDType); "" = uuid
 	lock   bool   // lock mode (NewLockMode): the lease-only queries are not rendered
+	// buckets: bucket mode (NewBucketMode): the lease-only queries are not
+	// rendered, and the claim window leaves out rows in flight here and
+	// rows of buckets owned elsewhere.
+	buckets bool
 	// replicaTurns: claims take turns within one relay only
 	// (WithTableClaimTurns(false)); the zero value is the default, turns
 	// across every relay on the table.
@@ -129,7 +133,7 @@ func New(pool *pgxpool.Pool, m dialect.Mapping, opts ...Option) (*Dialect, error
 		return nil, err
 	}
 	d := &Dialect{pool: pool, mapping: m, opts: o, queries: queries}
-	if !o.lock {
+	if !o.lock && !o.buckets {
 		if d.claims, err = newClaimShapes(sqlFiles, "sql/claim.sql", "$3", m, o); err != nil {
 			return nil, err
 		}
@@ -199,7 +203,7 @@ func Render(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 	}
 	var names []string
 	for _, name := range QueryNames() {
-		if o.lock && leaseOnly[name] {
+		if (o.lock || o.buckets) && leaseOnly[name] {
 			continue // lock mode runs sql/lock/ instead (lock.go)
 		}
 		names = append(names, name)

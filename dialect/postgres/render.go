@@ -83,17 +83,20 @@ func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 		"idType":  func() string { return idType },
 		"literal": quoteLiteral,
 		"alias": func(a string) partialArgs {
-			return partialArgs{A: a, Table: m.Table(QuoteIdent), Hold: o.hold}
+			return partialArgs{A: a, Table: m.Table(QuoteIdent), Hold: o.hold, Buckets: o.buckets}
 		},
+		"bucketCount":     func() int { return BucketCount },
+		"bucketLockSpace": func() int64 { return bucketLockSpace },
 	}
 }
 
 // partialArgs are what a shared template sees: the alias of the row it is
 // about, the quoted table and the hold mode.
 type partialArgs struct {
-	A     string
-	Table string
-	Hold  bool
+	A       string
+	Table   string
+	Hold    bool
+	Buckets bool // bucket mode (bucket.tmpl)
 }
 
 // sharedTemplates are the templates every query may call: headOfKey,
@@ -130,6 +133,10 @@ type renderData struct {
 	// dialect.ClaimParams.From and Skip ($3 and $4 in claim.sql, $1 and $2
 	// in lock/claim.sql).
 	From, Skip string
+	// Buckets: bucket mode (NewBucketMode); BucketTable and MemberTable
+	// are its two tables, quoted.
+	Buckets                  bool
+	BucketTable, MemberTable string
 }
 
 // renderLimit is the LIMIT of the claim statements that Render and
@@ -258,8 +265,12 @@ func newOptions(opts []Option) options {
 }
 
 func renderDataFor(m dialect.Mapping, o options) renderData {
-	return renderData{Table: m.Table(QuoteIdent), ClaimTurnSpace: claimTurnSpace,
-		Hold: o.hold, UniqueID: o.uniqueID, Limit: renderLimit}
+	d := renderData{Table: m.Table(QuoteIdent), ClaimTurnSpace: claimTurnSpace,
+		Hold: o.hold, UniqueID: o.uniqueID, Limit: renderLimit, Buckets: o.buckets}
+	if o.buckets {
+		d.BucketTable, d.MemberTable = bucketTables(m)
+	}
+	return d
 }
 
 // parseFile parses one embedded .sql template; file is its path in fsys.

@@ -19,6 +19,9 @@ const (
 	ModeAuto  = "auto"  // lease when the table can hold a lease, lock otherwise
 	ModeLease = "lease" // claim = one UPDATE to processing under a lease (the bundled table)
 	ModeLock  = "lock"  // claim = FOR UPDATE SKIP LOCKED in a transaction held while publishing
+	// ModeBuckets: relays own buckets of keys; a claim reads, the settlement
+	// is the one write (buckets.go).
+	ModeBuckets = "buckets"
 )
 
 // degradation says what the relay does without an optional column.
@@ -396,6 +399,9 @@ func (r *tableCheck) chooseMode(mode string, accepts func(string) bool) {
 	processingOK := pm.HasState(outbox.StateProcessing) && accepts(pm.State(outbox.StateProcessing))
 	noLease := r.noLeaseReason(missing, processingOK)
 	switch {
+	case mode == ModeBuckets:
+		plan.Mode, plan.Why = ModeBuckets, "relay.claimMode: buckets"
+		return
 	case mode == ModeLock:
 		plan.Mode, plan.Why = ModeLock, "relay.claimMode: lock"
 	case noLease == "":

@@ -54,8 +54,11 @@ func (d *Dialect) CheckSchema(ctx context.Context) (dialect.SchemaReport, error)
 	m := d.mapping
 	rep := dialect.SchemaReport{Table: m.Table(func(s string) string { return s })}
 	mode := ModeLease
-	if d.opts.lock {
+	switch {
+	case d.opts.lock:
 		mode = ModeLock
+	case d.opts.buckets:
+		mode = ModeBuckets
 	}
 	plan, err := ResolveTable(ctx, d.pool, m, mode, d.opts.hold)
 	if err != nil {

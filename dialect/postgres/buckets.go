@@ -1,0 +1,728 @@
+package postgres
+
+import (
+	"context"
+	"crypto/md5"
+	"embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/outbox"
+)
+
+// BucketCount is how many buckets bucket mode spreads a table's keys over:
+// the most relays that can share one table's work.
+const BucketCount = 64
+
+// bucketLockSpace is the high half of the advisory lock key that serializes
+// the changes of bucket ownership (sql/buckets/lock.sql).
+const bucketLockSpace = 0x71626275 // "qbbu"
+
+//go:embed sql/buckets/*.sql
+var bucketFiles embed.FS
+
+// bucketQueryNames are bucket mode's statements beside its claim
+// (sql/buckets/).
+var bucketQueryNames = []string{"complete", "retry", "dead", "schema", "join", "heartbeat", "lock", "owners", "acquire", "release", "leave"}
+
+var (
+	_ dialect.Dialect = (*BucketDialect)(nil)
+	_ dialect.Sweeper = (*BucketDialect)(nil)
+)
+
+// BucketDialect is bucket mode (relay.claimMode: buckets; docs/claim.md):
+// the relays on a table share its keys out in BucketCount buckets, each
+// owned by one relay at a time, and a row is written once, when it is
+// settled.
+//
+//   - Each relay is a member of the table's group while it renews its
+//     membership, every Lease/24; the membership ends Lease after the last
+//     renewal. The live members share the buckets: each takes buckets that
+//     no live member owns until it has its share, and gives up, once its
+//     rows in them are settled, buckets beyond its share.
+//   - A claim reads ready rows of the owned buckets, leaving out the rows
+//     in flight here, and writes nothing: a row in flight stays pending,
+//     so its key's next row is not a head until it is settled.
+//   - Complete, Retry and Dead are fenced on the bucket's owner and epoch
+//     (the epoch grows each time the bucket changes hands) and on a live
+//     membership. A relay that cannot renew its membership stops
+//     publishing before it ends (the engine's lease: Renew renews the
+//     membership); only then may another relay take its buckets, and its
+//     late settlements change nothing.
+//   - Release writes nothing: the row is still pending.
+//
+// Claims need no claim turn and no lease columns; the table needs only the
+// pending, sent and dead state values. The operator surface (stats, dead
+// list, replay, purge, check) is the embedded Dialect's.
+type BucketDialect struct {
+	*Dialect
+	bq     map[string]string
+	claims *claimShapes
+	lease  time.Duration
+	member string // this relay's member id
+	name   string // host and pid, shown to operators
+
+	claimMu sync.Mutex // one claim at a time: a claim's rows are in flight before the next one reads
+
+	mu       sync.Mutex
+	tokens   map[string][]heldRow // the rows in flight, per claim token
+	owned    map[int]int64        // bucket → epoch of its ownership
+	draining map[int]bool         // owned buckets being given up: not claimed from
+	lost     bool                 // the membership ended: every bucket may be owned elsewhere
+	members  int                  // live members at the last heartbeat
+
+	startMu sync.Mutex
+	started bool
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// heldRow is one row in flight: its id, and the bucket and epoch it was
+// claimed under.
+type heldRow struct {
+	id     string
+	bucket int
+	epoch  int64
+}
+
+// NewBucketMode renders the SQL of bucket mode for m and returns a dialect
+// that runs it on pool. lease is the membership's length (relay.lease).
+func NewBucketMode(pool *pgxpool.Pool, m dialect.Mapping, lease time.Duration, opts ...Option) (*BucketDialect, error) {
+	opts = append(opts, func(o *options) { o.buckets = true })
+	base, err := New(pool, m, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if lease <= 0 {
+		return nil, errors.New("postgres: bucket mode needs a positive lease")
+	}
+	if len(m.TableName())+len(memberSuffix) > maxIdentLen {
+		return nil, fmt.Errorf("postgres: bucket mode: the table name %q is too long for its member table (%s, at most %d bytes)",
+			m.TableName(), m.TableName()+memberSuffix, maxIdentLen)
+	}
+	o := newOptions(opts)
+	bq, err := renderFiles(bucketFiles, "sql/buckets", bucketQueryNames, m, o)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$5", m, o)
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	return &BucketDialect{Dialect: base, bq: bq, claims: claims, lease: lease,
+		member: uuid.NewString(), name: fmt.Sprintf("%s/%d", host, os.Getpid()),
+		tokens: map[string][]heldRow{}, owned: map[int]int64{}, draining: map[int]bool{}}, nil
+}
+
+// RenderBuckets returns the SQL of bucket mode's statements rendered for m,
+// its claim for a batch of renderLimit rows with a window of as many.
+func RenderBuckets(m dialect.Mapping, opts ...Option) (map[string]string, error) {
+	opts = append(opts, func(o *options) { o.buckets = true })
+	o := newOptions(opts)
+	out, err := renderFiles(bucketFiles, "sql/buckets", bucketQueryNames, m, o)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$5", m, o)
+	if err != nil {
+		return nil, err
+	}
+	if out["claim"], err = claims.sql(claimShape{limit: renderLimit, window: renderLimit}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+const (
+	bucketSuffix = "_qb_buckets"
+	memberSuffix = "_qb_members"
+)
+
+// bucketTables are the quoted names of bucket mode's tables for m: the
+// table's name with _qb_buckets and _qb_members, in its schema.
+func bucketTables(m dialect.Mapping) (buckets, members string) {
+	q := func(name string) string {
+		if m.Schema() == "" {
+			return QuoteIdent(name)
+		}
+		return QuoteIdent(m.Schema()) + "." + QuoteIdent(name)
+	}
+	return q(m.TableName() + bucketSuffix), q(m.TableName() + memberSuffix)
+}
+
+// bucketOf is the bucket of a row with key and id: what bucketOf in
+// sql/bucket.tmpl computes on the server.
+func bucketOf(key, id string) int {
+	if key == "" {
+		key = id
+	}
+	sum := md5.Sum([]byte(key))
+	return int(binary.BigEndian.Uint32(sum[:4]) % BucketCount)
+}
+
+// Member is this relay's member id in the table's group.
+func (d *BucketDialect) Member() string { return d.member }
+
+// Owned returns the buckets this relay owns, in order.
+func (d *BucketDialect) Owned() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]int, 0, len(d.owned))
+	for b := range d.owned {
+		out = append(out, b)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// beat is how often the membership is renewed, and ownership reviewed.
+func (d *BucketDialect) beat() time.Duration { return max(d.lease/24, 10*time.Millisecond) }
+
+// keep is how long the membership must still run for a claim to return
+// rows: the engine publishes a claim's rows for at most
+// Lease − Lease/6 from the claim (relay/lease.go), so the membership
+// outlives that by Lease/12 or more.
+func (d *BucketDialect) keep() time.Duration { return d.lease - d.lease/12 }
+
+// start creates the tables if missing, joins the group and starts the
+// membership loop, once.
+func (d *BucketDialect) start(ctx context.Context) error {
+	d.startMu.Lock()
+	defer d.startMu.Unlock()
+	if d.started {
+		return nil
+	}
+	if err := d.checkNoLeases(ctx); err != nil {
+		return err
+	}
+	if _, err := d.pool.Exec(ctx, d.bq["schema"]); err != nil {
+		return interpretError("bucket mode: create its tables (grant CREATE on the outbox table's schema, or create them as docs/claim.md shows)", err)
+	}
+	if err := d.join(ctx); err != nil {
+		return err
+	}
+	if err := d.review(ctx); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.stop, d.done, d.started = cancel, make(chan struct{}), true
+	go d.loop(lctx)
+	return nil
+}
+
+// checkNoLeases refuses to start beside lease-mode relays: a row that is
+// processing under a live lease means one is at work on the table, and
+// both would publish the same rows.
+func (d *BucketDialect) checkNoLeases(ctx context.Context) error {
+	m := d.mapping
+	if !m.HasState(outbox.StateProcessing) || !m.Has(dialect.ColLeaseExpiresAt) {
+		return nil
+	}
+	state, _ := m.Column(dialect.ColState)
+	lease, _ := m.Column(dialect.ColLeaseExpiresAt)
+	var live bool
+	q := fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE %s = %s AND %s > now())`,
+		m.Table(QuoteIdent), QuoteIdent(state), quoteLiteral(m.State(outbox.StateProcessing)), QuoteIdent(lease))
+	if err := d.pool.QueryRow(ctx, q).Scan(&live); err != nil {
+		return interpretError("bucket mode: look for lease-mode relays", err)
+	}
+	if !live {
+		// Rows a stopped lease-mode relay left processing: pending again,
+		// or their keys would wait for ever.
+		set := fmt.Sprintf("%s = %s", QuoteIdent(state), quoteLiteral(m.State(outbox.StatePending)))
+		for _, c := range dialect.LeaseColumns {
+			if col, ok := m.Column(c); ok {
+				set += ", " + QuoteIdent(col) + " = NULL"
+			}
+		}
+		q := fmt.Sprintf(`UPDATE %s SET %s WHERE %s = %s AND %s <= now()`, m.Table(QuoteIdent), set,
+			QuoteIdent(state), quoteLiteral(m.State(outbox.StateProcessing)), QuoteIdent(lease))
+		if _, err := d.pool.Exec(ctx, q); err != nil {
+			return interpretError("bucket mode: return the rows a lease-mode relay left processing to pending", err)
+		}
+		return nil
+	}
+	return errors.New("bucket mode: rows are processing under a live lease, so a relay in lease mode is at work on this table; " +
+		"every relay on a table must use the same relay.claimMode: stop the lease-mode relays (their rows go back to pending when they stop) and this relay starts claiming")
+}
+
+func (d *BucketDialect) join(ctx context.Context) error {
+	if _, err := d.pool.Exec(ctx, d.bq["join"], d.member, d.name, micros(d.lease)); err != nil {
+		return interpretError("bucket mode: join", err)
+	}
+	d.mu.Lock()
+	d.lost = false
+	d.mu.Unlock()
+	return nil
+}
+
+// loop renews the membership every beat and reviews the ownership of the
+// buckets every fourth beat, or at once when the number of members
+// changed or buckets are being given up, until ctx ends; then it releases
+// the buckets and leaves.
+func (d *BucketDialect) loop(ctx context.Context) {
+	defer close(d.done)
+	t := time.NewTicker(d.beat())
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			d.leave()
+			return
+		case <-t.C:
+		}
+		before := d.liveMembers()
+		if err := d.heartbeat(ctx); err != nil {
+			continue // the next beat tries again; claims stop when the membership runs short
+		}
+		d.mu.Lock()
+		lost, draining := d.lost, len(d.draining) > 0
+		d.mu.Unlock()
+		if lost {
+			if d.join(ctx) != nil {
+				continue
+			}
+		}
+		if lost || draining || n%4 == 0 || d.liveMembers() != before {
+			_ = d.review(ctx)
+		}
+	}
+}
+
+func (d *BucketDialect) liveMembers() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.members
+}
+
+// heartbeat renews the membership. When it had ended, every bucket is
+// dropped: another relay may own it by now, and the rows in flight in it
+// can no longer be settled here (Renew then reports them lost).
+func (d *BucketDialect) heartbeat(ctx context.Context) error {
+	hctx, cancel := context.WithTimeout(ctx, d.lease/6)
+	defer cancel()
+	var live int64
+	err := d.pool.QueryRow(hctx, d.bq["heartbeat"], d.member, micros(d.lease)).Scan(&live)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		d.lost = true
+		clear(d.owned)
+		clear(d.draining)
+		return nil
+	case err != nil:
+		return interpretError("bucket mode: renew the membership", err)
+	}
+	d.members = int(live)
+	return nil
+}
+
+// review reads the ownership of every bucket and moves this relay toward
+// its share: ceil(BucketCount ÷ live members). It drops buckets it finds
+// owned elsewhere, gives up surplus buckets once their rows here are
+// settled, and takes buckets that no live member owns. Takes run under
+// the buckets lock, in one transaction.
+func (d *BucketDialect) review(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, d.lease/6)
+	defer cancel()
+	d.releaseDrained(rctx)
+	got := map[int]int64{} // the buckets taken, with their epochs
+	err := pgx.BeginFunc(rctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(rctx, d.bq["lock"]); err != nil {
+			return err
+		}
+		rows, err := tx.Query(rctx, d.bq["owners"])
+		if err != nil {
+			return err
+		}
+		type owner struct {
+			member *string
+			epoch  int64
+			live   bool
+		}
+		all := make([]owner, BucketCount)
+		members := map[string]bool{d.member: true}
+		for rows.Next() {
+			var (
+				b int32
+				o owner
+			)
+			if err := rows.Scan(&b, &o.member, &o.epoch, &o.live); err != nil {
+				rows.Close()
+				return err
+			}
+			if b >= 0 && int(b) < BucketCount {
+				all[b] = o
+				if o.live {
+					members[*o.member] = true
+				}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		d.mu.Lock()
+		for b, e := range d.owned {
+			if o := all[b]; o.member == nil || *o.member != d.member || o.epoch != e {
+				delete(d.owned, b) // taken after this relay's membership ended
+				delete(d.draining, b)
+			}
+		}
+		live := max(d.members, len(members), 1)
+		share := (BucketCount + live - 1) / live
+		var free []int32
+		if extra := len(d.owned) - share; extra > 0 {
+			// Give up the highest buckets beyond the share: no new claims
+			// from them; releaseDrained hands them over once settled.
+			owned := make([]int, 0, len(d.owned))
+			for b := range d.owned {
+				owned = append(owned, b)
+			}
+			slices.Sort(owned)
+			for _, b := range owned[len(owned)-extra:] {
+				d.draining[b] = true
+			}
+		} else {
+			clear(d.draining)
+			for b := 0; b < BucketCount && len(free) < share-len(d.owned); b++ {
+				if o := all[b]; !o.live {
+					free = append(free, int32(b))
+				}
+			}
+		}
+		d.mu.Unlock()
+		if len(free) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(rctx, d.bq["acquire"], d.member, free)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var (
+				b int32
+				e int64
+			)
+			if err := rows.Scan(&b, &e); err != nil {
+				rows.Close()
+				return err
+			}
+			got[int(b)] = e
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return interpretError("bucket mode: review the buckets", err)
+	}
+	d.mu.Lock()
+	if !d.lost {
+		for b, e := range got {
+			d.owned[b] = e
+		}
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// releaseDrained gives up the draining buckets that have no row in flight
+// here.
+func (d *BucketDialect) releaseDrained(ctx context.Context) {
+	d.mu.Lock()
+	busy := map[int]bool{}
+	for _, rows := range d.tokens {
+		for _, r := range rows {
+			busy[r.bucket] = true
+		}
+	}
+	var bs []int32
+	var es []int64
+	for b := range d.draining {
+		if !busy[b] {
+			bs, es = append(bs, int32(b)), append(es, d.owned[b])
+		}
+	}
+	d.mu.Unlock()
+	if len(bs) == 0 {
+		return
+	}
+	if _, err := d.pool.Exec(ctx, d.bq["release"], d.member, bs, es); err != nil {
+		return // still owned; the next review tries again
+	}
+	d.mu.Lock()
+	for _, b := range bs {
+		delete(d.owned, int(b))
+		delete(d.draining, int(b))
+	}
+	d.mu.Unlock()
+}
+
+// leave releases every bucket and ends the membership (shutdown). Rows
+// still in flight stay pending: the next owner of their bucket delivers
+// them.
+func (d *BucketDialect) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d.mu.Lock()
+	var bs []int32
+	var es []int64
+	for b, e := range d.owned {
+		bs, es = append(bs, int32(b)), append(es, e)
+	}
+	clear(d.owned)
+	clear(d.draining)
+	d.lost = true
+	d.mu.Unlock()
+	if len(bs) > 0 {
+		_, _ = d.pool.Exec(ctx, d.bq["release"], d.member, bs, es)
+	}
+	_, _ = d.pool.Exec(ctx, d.bq["leave"], d.member, micros(24*time.Hour))
+}
+
+// Close leaves the group: the buckets are released for the other relays
+// at once. It waits for the membership loop to end, and is idempotent.
+func (d *BucketDialect) Close() {
+	d.startMu.Lock()
+	stop, done := d.stop, d.done
+	d.stop = nil
+	d.startMu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// Claim implements dialect.Dialect.
+func (d *BucketDialect) Claim(ctx context.Context, p dialect.ClaimParams) ([]outbox.Message, error) {
+	c, err := d.ClaimNext(ctx, p)
+	return c.Messages, err
+}
+
+// ClaimNext implements dialect.Sweeper: it reads ready rows of the owned
+// buckets and holds them in flight under p.Token. p.Lease and p.Poll are
+// not used: the membership is the lease, and claims write nothing.
+func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (dialect.Claimed, error) {
+	if p.Limit <= 0 {
+		return dialect.Claimed{}, nil
+	}
+	if p.Token == "" {
+		return dialect.Claimed{}, errors.New("postgres: bucket claim: empty token")
+	}
+	if err := d.start(ctx); err != nil {
+		return dialect.Claimed{}, err
+	}
+	d.claimMu.Lock()
+	defer d.claimMu.Unlock()
+	d.mu.Lock()
+	if _, dup := d.tokens[p.Token]; dup {
+		d.mu.Unlock()
+		return dialect.Claimed{}, fmt.Errorf("postgres: bucket claim: token %s is already in use", p.Token)
+	}
+	var buckets []int32
+	if len(d.owned)-len(d.draining) < BucketCount {
+		buckets = make([]int32, 0, len(d.owned))
+		for b := range d.owned {
+			if !d.draining[b] {
+				buckets = append(buckets, int32(b))
+			}
+		}
+	}
+	epochs := epochsByBucket(d.owned)
+	ids := make([]string, 0, 64)
+	for _, rows := range d.tokens {
+		for _, r := range rows {
+			ids = append(ids, r.id)
+		}
+	}
+	d.mu.Unlock()
+	if buckets != nil && len(buckets) == 0 {
+		return dialect.Claimed{}, nil // no bucket (yet): another relay owns them all
+	}
+	shape := shapeOf(p)
+	query, err := d.claims.sql(shape)
+	if err != nil {
+		return dialect.Claimed{}, err
+	}
+	args := append([]any{pgx.QueryExecModeExec, d.member, micros(d.keep()), ids, buckets}, d.claims.windowArgs(shape, p)...)
+	rows, err := d.pool.Query(ctx, query, args...)
+	if err != nil {
+		return dialect.Claimed{}, interpretError("bucket claim", err)
+	}
+	claimed, err := scanClaim(rows, p)
+	if err != nil {
+		return dialect.Claimed{}, interpretError("bucket claim", err)
+	}
+	if len(claimed.Messages) == 0 {
+		return claimed, nil
+	}
+	held := make([]heldRow, len(claimed.Messages))
+	for i, m := range claimed.Messages {
+		b := bucketOf(m.Key, m.ID)
+		held[i] = heldRow{id: m.ID, bucket: b, epoch: epochs[b]}
+	}
+	d.mu.Lock()
+	d.tokens[p.Token] = held
+	d.mu.Unlock()
+	return claimed, nil
+}
+
+// epochsByBucket is the epochs of the owned buckets, indexed by bucket (0: not
+// owned).
+func epochsByBucket(owned map[int]int64) []int64 {
+	out := make([]int64, BucketCount)
+	for b, e := range owned {
+		out[b] = e
+	}
+	return out
+}
+
+// Renew implements dialect.Dialect: it renews the membership and reports
+// how many of the claim's rows are still in buckets owned under the epoch
+// they were claimed in.
+func (d *BucketDialect) Renew(ctx context.Context, p dialect.RenewParams) (int64, error) {
+	d.startMu.Lock()
+	started := d.started
+	d.startMu.Unlock()
+	if !started {
+		return 0, nil // nothing was claimed yet
+	}
+	if err := d.heartbeat(ctx); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var n int64
+	for _, r := range d.tokens[p.Token] {
+		if e, ok := d.owned[r.bucket]; ok && e == r.epoch {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// fence is the buckets of the rows ids of token and the epochs they were
+// claimed under; a row not held here gets bucket -1, which no bucket is,
+// so its settlement changes nothing.
+func (d *BucketDialect) fence(token string, ids []string) ([]int32, []int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	buckets, epochs := make([]int32, len(ids)), make([]int64, len(ids))
+	rows := d.tokens[token]
+	for i, id := range ids {
+		buckets[i] = -1
+		for _, r := range rows {
+			if r.id == id {
+				buckets[i], epochs[i] = int32(r.bucket), r.epoch
+				break
+			}
+		}
+	}
+	return buckets, epochs
+}
+
+// settled ends the rows ids of token in flight, and reports how many were.
+func (d *BucketDialect) settled(token string, ids []string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rows := d.tokens[token]
+	var n int64
+	for _, id := range ids {
+		if i := slices.IndexFunc(rows, func(r heldRow) bool { return r.id == id }); i >= 0 {
+			rows = slices.Delete(rows, i, i+1)
+			n++
+		}
+	}
+	if len(rows) == 0 {
+		delete(d.tokens, token)
+	} else {
+		d.tokens[token] = rows
+	}
+	return n
+}
+
+// write runs a fenced settling statement, and ends the rows in flight once
+// it has committed.
+func (d *BucketDialect) write(ctx context.Context, name, token string, ids []string, args ...any) (int64, error) {
+	buckets, epochs := d.fence(token, ids)
+	all := append([]any{d.member, ids, buckets, epochs}, args...)
+	tag, err := d.pool.Exec(ctx, d.bq[name], all...)
+	if err != nil {
+		return 0, interpretError("bucket "+name, err)
+	}
+	d.settled(token, ids)
+	return tag.RowsAffected(), nil
+}
+
+// Complete implements dialect.Dialect.
+func (d *BucketDialect) Complete(ctx context.Context, p dialect.CompleteParams) (int64, error) {
+	if len(p.IDs) == 0 {
+		return 0, nil
+	}
+	return d.write(ctx, "complete", p.Token, p.IDs)
+}
+
+// Retry implements dialect.Dialect.
+func (d *BucketDialect) Retry(ctx context.Context, p dialect.RetryParams) (int64, error) {
+	if len(p.Items) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(p.Items))
+	attempts := make([]int32, len(p.Items))
+	delays := make([]int64, len(p.Items))
+	errs := make([]string, len(p.Items))
+	for i, it := range p.Items {
+		ids[i], attempts[i], delays[i], errs[i] = it.ID, int32(it.Attempt), micros(max(it.Delay, 0)), it.Error
+	}
+	return d.write(ctx, "retry", p.Token, ids, attempts, delays, errs)
+}
+
+// Dead implements dialect.Dialect.
+func (d *BucketDialect) Dead(ctx context.Context, p dialect.DeadParams) (int64, error) {
+	if len(p.Items) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(p.Items))
+	attempts := make([]int32, len(p.Items))
+	errs := make([]string, len(p.Items))
+	for i, it := range p.Items {
+		ids[i], attempts[i], errs[i] = it.ID, int32(it.Attempt), it.Error
+	}
+	return d.write(ctx, "dead", p.Token, ids, attempts, errs)
+}
+
+// Release implements dialect.Dialect: a row in flight is still pending, so
+// it only stops being in flight here; the next claim may take it again.
+func (d *BucketDialect) Release(_ context.Context, p dialect.ReleaseParams) (int64, error) {
+	return d.settled(p.Token, p.IDs), nil
+}
+
+// ReleaseExpired implements dialect.Dialect: nothing holds a row but the
+// ownership of its bucket, which lapses with the membership.
+func (d *BucketDialect) ReleaseExpired(context.Context, dialect.ReleaseExpiredParams) (int64, error) {
+	return 0, nil
+}
+
+// LiveBucketMembers reports how many relays in bucket mode are members of
+// m's table now (0 when bucket mode never ran on it). A relay in another
+// claim mode must not start beside them: both would publish the same rows.
+func LiveBucketMembers(ctx context.Context, pool *pgxpool.Pool, m dialect.Mapping) (int, error) {
+	_, members := bucketTables(m)
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, members).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM `+members+` WHERE expires_at > clock_timestamp()`).Scan(&n)
+	return n, err
+}

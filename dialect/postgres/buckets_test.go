@@ -1,0 +1,344 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queuebox/queuebox/outbox"
+
+	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/dialect/dialecttest"
+	"github.com/queuebox/queuebox/internal/testenv"
+)
+
+// TestBucketModeConformance runs the properties every claim mode keeps on
+// bucket mode.
+func TestBucketModeConformance(t *testing.T) {
+	dialecttest.RunBucketMode(t, func(t *testing.T) dialecttest.Harness {
+		pg := testenv.Postgres(t)
+		d, err := NewBucketMode(pg.Pool, dialect.DefaultMapping(), 30*time.Second, WithUniqueID(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Close)
+		return &bucketHarness{harness{pool: pg.Pool, d: d.Dialect}, d}
+	})
+}
+
+type bucketHarness struct {
+	harness
+	b *BucketDialect
+}
+
+func (h *bucketHarness) Dialect() dialect.Dialect { return h.b }
+
+// newBuckets is NewBucketMode on the bundled table with lease, closed at
+// the end of the test.
+func newBuckets(t *testing.T, pool *pgxpool.Pool, lease time.Duration) *BucketDialect {
+	t.Helper()
+	d, err := NewBucketMode(pool, dialect.DefaultMapping(), lease, WithUniqueID(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+func insertKeyed(t *testing.T, ctx context.Context, pool *pgxpool.Pool, keys, perKey int) {
+	t.Helper()
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload)
+		SELECT 't', 'k' || (g % $1::int), '{}'::jsonb FROM generate_series(0, $1::int * $2::int - 1) AS g ORDER BY g`, keys, perKey); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBucketOfMatchesTheServer: the relay and the claim put a row in the
+// same bucket, or its settlement would be fenced out.
+func TestBucketOfMatchesTheServer(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	insertKeyed(t, ctx, pg.Pool, 500, 1)
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('t', NULL, '{}'), ('t', '', '{}'), ('t', 'é/ключ ✓', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	o := options{buckets: true}
+	tmpl, err := parseQuery("q", `SELECT id::text, coalesce(key, ''), {{ template "bucketOf" (alias "o") }} FROM outbox AS o`, templateFuncs(dialect.DefaultMapping(), o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := execute(tmpl, renderDataFor(dialect.DefaultMapping(), o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	rows, err := pg.Pool.Query(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id, key string
+	var b int32
+	count := 0
+	_, err = pgx.ForEachRow(rows, []any{&id, &key, &b}, func() error {
+		count++
+		if got := bucketOf(key, id); got != int(b) {
+			return fmt.Errorf("row %s key %q: server bucket %d, relay bucket %d", id, key, b, got)
+		}
+		seen[int(b)] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count != 503 || len(seen) != BucketCount {
+		t.Fatalf("%d rows over %d buckets, want 503 over all %d", count, len(seen), BucketCount)
+	}
+}
+
+// drain claims with each dialect in turn until every row is sent,
+// completing each claim at once, and checks that no row is claimed twice
+// and that each key's rows are completed in sequence order.
+func drain(t *testing.T, ctx context.Context, pool *pgxpool.Pool, total int, ds ...*BucketDialect) map[*BucketDialect]int {
+	t.Helper()
+	claimed := map[string]bool{}
+	last := map[string]int64{}
+	per := map[*BucketDialect]int{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(claimed) < total {
+		if time.Now().After(deadline) {
+			t.Fatalf("drained %d of %d rows in 30 s", len(claimed), total)
+		}
+		for _, d := range ds {
+			token := uuid.NewString()
+			msgs, err := d.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 50, Lease: d.lease})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range msgs {
+				if claimed[m.ID] {
+					t.Fatalf("row %s claimed twice", m.ID)
+				}
+				claimed[m.ID] = true
+				if m.Sequence <= last[m.Key] {
+					t.Fatalf("key %s: row %d after %d", m.Key, m.Sequence, last[m.Key])
+				}
+				last[m.Key] = m.Sequence
+			}
+			per[d] += len(msgs)
+			if len(msgs) > 0 {
+				n, err := d.Complete(ctx, dialect.CompleteParams{Token: token, IDs: idsOf(msgs)})
+				if err != nil || n != int64(len(msgs)) {
+					t.Fatalf("complete %d rows: %d, %v", len(msgs), n, err)
+				}
+			}
+		}
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state <> 'sent'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows not sent (%v)", left, err)
+	}
+	return per
+}
+
+func idsOf(msgs []outbox.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// TestBucketMembersShareTheBuckets: a second relay gets half of the
+// buckets once the first has settled its rows in them, and the two then
+// deliver the table between them, each row once, each key in order.
+func TestBucketMembersShareTheBuckets(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	a := newBuckets(t, pg.Pool, 2400*time.Millisecond) // a beat every 100 ms
+	insertKeyed(t, ctx, pg.Pool, 200, 5)
+	if got := drain(t, ctx, pg.Pool, 1000, a); got[a] != 1000 {
+		t.Fatalf("one relay delivered %d of 1000", got[a])
+	}
+	if n := len(a.Owned()); n != BucketCount {
+		t.Fatalf("one relay owns %d buckets, want %d", n, BucketCount)
+	}
+	b := newBuckets(t, pg.Pool, 2400*time.Millisecond)
+	// b joins with its first claim; a has a row in flight in one of the
+	// buckets it gives up, and must keep that bucket until it is settled.
+	insertKeyed(t, ctx, pg.Pool, 200, 5)
+	token := uuid.NewString()
+	held, err := a.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 200})
+	if err != nil || len(held) != 200 {
+		t.Fatalf("claim: %d rows, %v", len(held), err)
+	}
+	if _, err := b.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := map[int]bool{}
+	for _, m := range held {
+		inFlight[bucketOf(m.Key, m.ID)] = true
+	}
+	time.Sleep(time.Second) // ten beats: a reviews its share, b takes what is free
+	for _, bk := range b.Owned() {
+		if inFlight[bk] {
+			t.Fatalf("the new relay took bucket %d while the other had a row in flight in it", bk)
+		}
+	}
+	if got := len(a.Owned()); got < len(inFlight) {
+		t.Fatalf("the first relay kept %d buckets, fewer than the %d it has rows in flight in", got, len(inFlight))
+	}
+	if _, err := a.Complete(ctx, dialect.CompleteParams{Token: token, IDs: idsOf(held)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(b.Owned()) != BucketCount/2 || len(a.Owned()) != BucketCount/2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d and %d buckets, want %d each", len(a.Owned()), len(b.Owned()), BucketCount/2)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := pg.Pool.Exec(ctx, `DELETE FROM outbox`); err != nil {
+		t.Fatal(err)
+	}
+	insertKeyed(t, ctx, pg.Pool, 200, 5)
+	per := drain(t, ctx, pg.Pool, 1000, a, b)
+	if per[a] == 0 || per[b] == 0 {
+		t.Fatalf("rows per relay: %d and %d: both own buckets, both must deliver", per[a], per[b])
+	}
+	var owners int
+	if err := pg.Pool.QueryRow(ctx, `SELECT count(DISTINCT member) FROM outbox_qb_buckets`).Scan(&owners); err != nil || owners != 2 {
+		t.Fatalf("buckets owned by %d members (%v), want 2", owners, err)
+	}
+}
+
+// TestBucketLapsedMemberIsFencedOut: a relay whose membership ended (it
+// could not renew it: a partition, a stall) loses its buckets to another
+// relay; its settlements then change nothing, its renewal reports its rows
+// lost, and the other relay delivers them.
+func TestBucketLapsedMemberIsFencedOut(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	a := newBuckets(t, pg.Pool, 2400*time.Millisecond)
+	insertKeyed(t, ctx, pg.Pool, 20, 2)
+	token := uuid.NewString()
+	held, err := a.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 100})
+	if err != nil || len(held) != 20 {
+		t.Fatalf("claim: %d rows, %v; want the 20 heads", len(held), err)
+	}
+	a.Close() // a stalls: no more beats; its membership ends as if it had stopped renewing
+	a.mu.Lock()
+	for _, r := range held {
+		a.owned[bucketOf(r.Key, r.ID)] = a.tokens[token][0].epoch // what a still believes
+	}
+	a.lost = false
+	a.mu.Unlock()
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox_qb_members (member, expires_at) VALUES ($1, now() - interval '1 second')
+		ON CONFLICT (member) DO UPDATE SET expires_at = EXCLUDED.expires_at`, a.member); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `UPDATE outbox_qb_buckets SET member = $1 WHERE bucket = ANY($2::int[])`, a.member, a.Owned()); err != nil {
+		t.Fatal(err)
+	}
+	b := newBuckets(t, pg.Pool, 2400*time.Millisecond)
+	again, err := b.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 20 {
+		t.Fatalf("the relay that took over claimed %d rows, want the 20 the lapsed relay held", len(again))
+	}
+	n, err := a.Complete(ctx, dialect.CompleteParams{Token: token, IDs: idsOf(held)})
+	if err != nil || n != 0 {
+		t.Fatalf("the lapsed relay's complete changed %d rows (%v), want 0", n, err)
+	}
+	var sent int
+	if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE state = 'sent'`).Scan(&sent); err != nil || sent != 0 {
+		t.Fatalf("%d rows sent by a fenced-out relay (%v)", sent, err)
+	}
+	a.mu.Lock()
+	a.tokens[token] = []heldRow{{id: held[0].ID, bucket: bucketOf(held[0].Key, held[0].ID), epoch: 1}}
+	a.mu.Unlock()
+	if n, err := a.Renew(ctx, dialect.RenewParams{Token: token, Lease: time.Second}); err != nil || n != 0 {
+		t.Fatalf("the lapsed relay's renewal reports %d rows held (%v), want 0", n, err)
+	}
+	if got := len(a.Owned()); got != 0 {
+		t.Fatalf("the lapsed relay still believes it owns %d buckets", got)
+	}
+}
+
+// TestBucketCloseHandsOverAtOnce: a relay that stops releases its buckets,
+// so the next relay takes them without waiting for a membership to end.
+func TestBucketCloseHandsOverAtOnce(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	a := newBuckets(t, pg.Pool, time.Hour)
+	insertKeyed(t, ctx, pg.Pool, 10, 1)
+	if _, err := a.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b := newBuckets(t, pg.Pool, time.Hour)
+	msgs, err := b.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The row a claimed and never settled is pending: b delivers it too.
+	if len(msgs) != 10 || len(b.Owned()) != BucketCount {
+		t.Fatalf("after the other relay stopped: %d rows and %d buckets, want 10 and %d", len(msgs), len(b.Owned()), BucketCount)
+	}
+}
+
+// TestBucketModeWaitsForLeaseModeRelays: a bucket-mode relay claims
+// nothing while a lease-mode relay holds rows under a live lease (both
+// would publish the same rows), says why, and returns rows a stopped
+// lease-mode relay left processing to pending.
+func TestBucketModeWaitsForLeaseModeRelays(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	insertKeyed(t, ctx, pg.Pool, 4, 1)
+	lease := newDialect(t, pg.Pool, WithUniqueID(true))
+	token := uuid.NewString()
+	held, err := lease.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 1, Lease: time.Minute})
+	if err != nil || len(held) != 1 {
+		t.Fatalf("lease claim: %d rows, %v", len(held), err)
+	}
+	b := newBuckets(t, pg.Pool, time.Hour)
+	if _, err := b.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 10}); err == nil || !strings.Contains(err.Error(), "lease mode") {
+		t.Fatalf("claim beside a live lease: %v, want an error naming lease mode", err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE claim_token = $1`, token); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := b.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 10})
+	if err != nil || len(msgs) != 4 {
+		t.Fatalf("claim once the lease expired: %d rows, %v; want all 4", len(msgs), err)
+	}
+}
+
+// TestLiveBucketMembers: what a relay in another claim mode checks before
+// it starts: a member while a bucket-mode relay runs, none once it stopped.
+func TestLiveBucketMembers(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	m := dialect.DefaultMapping()
+	if n, err := LiveBucketMembers(ctx, pg.Pool, m); err != nil || n != 0 {
+		t.Fatalf("before bucket mode ever ran: %d members, %v", n, err)
+	}
+	d := newBuckets(t, pg.Pool, time.Hour)
+	if _, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := LiveBucketMembers(ctx, pg.Pool, m); err != nil || n != 1 {
+		t.Fatalf("beside a bucket-mode relay: %d members, %v; want 1", n, err)
+	}
+	d.Close()
+	if n, err := LiveBucketMembers(ctx, pg.Pool, m); err != nil || n != 0 {
+		t.Fatalf("after it stopped: %d members, %v; want 0", n, err)
+	}
+}

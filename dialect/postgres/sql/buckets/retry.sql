@@ -1,0 +1,25 @@
+-- buckets retry: give rows $2 of member $1 a new attempt count ($5), a due
+-- time of now() plus $6 microseconds and error text $7 (bucket mode). The
+-- rows stay pending. Fenced like complete ($3 the buckets, $4 the epochs).
+UPDATE {{ .Table }} AS o
+SET
+{{- if has "attempt" }}
+    {{ col "attempt" }} = r.attempt,
+{{- end }}
+{{- if has "scheduledAt" }}
+    {{ col "scheduledAt" }} = now() + r.delay_us * interval '1 microsecond',
+{{- end }}
+{{- if has "lastError" }}
+    {{ col "lastError" }} = {{ errorText "r.error" }},
+{{- end }}
+{{- if has "updatedAt" }}
+    {{ col "updatedAt" }} = now(),
+{{- end }}
+    {{ col "state" }} = {{ state "pending" }}
+FROM unnest({{ ids "$2" }}, $3::integer[], $4::bigint[], $5::integer[], $6::bigint[], $7::text[]) AS r(id, bucket, epoch, attempt, delay_us, error)
+WHERE o.{{ col "id" }} = r.id
+  AND o.{{ col "state" }} = {{ state "pending" }}
+  AND r.bucket = {{ template "bucketOf" (alias "o") }}
+  AND (r.bucket, r.epoch) IN (SELECT b.bucket, b.epoch FROM {{ .BucketTable }} AS b WHERE b.member = $1::uuid)
+  AND EXISTS (SELECT 1 FROM {{ .MemberTable }} AS me
+              WHERE me.member = $1::uuid AND me.expires_at > clock_timestamp())
