@@ -80,7 +80,7 @@ idle cost of a replica.`,
 	f.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "relay.batchSize, and the bare loop's batch")
 	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "HTTP requests in flight: the bare loop's, and the relay's HTTP destination's concurrency (brokers keep the relay's defaults)")
 	f.IntVar(&o.MaxInflight, "max-inflight", 0, "relay.maxInflight of the relay replicas (default: the relay's default, 10 × batch size)")
-	f.StringVar(&o.ClaimMode, "claim-mode", "", "relay.claimMode of the relay replicas: lease (the default on the bundled table) or lock")
+	f.StringVar(&o.ClaimMode, "claim-mode", "", "relay.claimMode of the relay replicas: lease (the default on the bundled table), lock or buckets")
 	f.StringVar(&o.ClaimTurns, "claim-turns", "", "relay.claimTurns of the relay replicas: table or replica (default: the relay's default, table)")
 	f.IntVar(&o.MaxProcs, "replica-gomaxprocs", 0, "GOMAXPROCS of the relay replica processes (default: Go's, one per CPU); see docs/operations.md on replicas sharing a small host")
 	f.StringVar(&o.SyncCommit, "synchronous-commit", "", "database.synchronousCommit of the relay replicas (default: the relay's default, off; the bare loop always uses the server's)")

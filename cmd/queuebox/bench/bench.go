@@ -35,7 +35,7 @@ type Options struct {
 	PayloadSize int    // bytes (200)
 	BatchSize   int    // relay.batchSize and the bare loop's batch (100, the relay's default)
 	Concurrency int    // HTTP requests in flight, relay and bare (16)
-	ClaimMode   string // relay.claimMode of the relay replicas: lease (default) or lock
+	ClaimMode   string // relay.claimMode of the relay replicas: lease (default), lock or buckets
 	MaxInflight int    // relay.maxInflight of the replicas; 0 = the relay's default
 	SyncCommit  string // database.synchronousCommit of the relay replicas; "" = the relay's default (off)
 	ClaimTurns  string // relay.claimTurns of the relay replicas; "" = the relay's default (table)
