@@ -559,6 +559,7 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 	if err != nil {
 		return dialect.Claimed{}, interpretError("bucket claim", err)
 	}
+	defer rows.Close()
 	claimed, err := scanClaim(rows, p)
 	if err != nil {
 		return dialect.Claimed{}, interpretError("bucket claim", err)
