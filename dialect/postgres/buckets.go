@@ -678,13 +678,7 @@ func (d *BucketDialect) Retry(ctx context.Context, p dialect.RetryParams) (int64
 	if len(p.Items) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(p.Items))
-	attempts := make([]int32, len(p.Items))
-	delays := make([]int64, len(p.Items))
-	errs := make([]string, len(p.Items))
-	for i, it := range p.Items {
-		ids[i], attempts[i], delays[i], errs[i] = it.ID, int32(it.Attempt), micros(max(it.Delay, 0)), it.Error
-	}
+	ids, attempts, delays, errs := retryColumns(p.Items)
 	return d.write(ctx, "retry", p.Token, ids, attempts, delays, errs)
 }
 
@@ -693,12 +687,7 @@ func (d *BucketDialect) Dead(ctx context.Context, p dialect.DeadParams) (int64, 
 	if len(p.Items) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(p.Items))
-	attempts := make([]int32, len(p.Items))
-	errs := make([]string, len(p.Items))
-	for i, it := range p.Items {
-		ids[i], attempts[i], errs[i] = it.ID, int32(it.Attempt), it.Error
-	}
+	ids, attempts, errs := deadColumns(p.Items)
 	return d.write(ctx, "dead", p.Token, ids, attempts, errs)
 }
 

@@ -340,13 +340,7 @@ func (d *Dialect) Retry(ctx context.Context, p dialect.RetryParams) (int64, erro
 	if len(p.Items) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(p.Items))
-	attempts := make([]int32, len(p.Items))
-	delays := make([]int64, len(p.Items))
-	errs := make([]string, len(p.Items))
-	for i, it := range p.Items {
-		ids[i], attempts[i], delays[i], errs[i] = it.ID, int32(it.Attempt), micros(max(it.Delay, 0)), it.Error
-	}
+	ids, attempts, delays, errs := retryColumns(p.Items)
 	return d.exec(ctx, "retry", p.Token, ids, attempts, delays, errs)
 }
 
@@ -355,13 +349,29 @@ func (d *Dialect) Dead(ctx context.Context, p dialect.DeadParams) (int64, error)
 	if len(p.Items) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(p.Items))
-	attempts := make([]int32, len(p.Items))
-	errs := make([]string, len(p.Items))
-	for i, it := range p.Items {
+	ids, attempts, errs := deadColumns(p.Items)
+	return d.exec(ctx, "dead", p.Token, ids, attempts, errs)
+}
+
+// retryColumns are the parameter arrays of the retry statements (every
+// claim mode's), one element per item.
+func retryColumns(items []dialect.RetryItem) (ids []string, attempts []int32, delays []int64, errs []string) {
+	ids, attempts = make([]string, len(items)), make([]int32, len(items))
+	delays, errs = make([]int64, len(items)), make([]string, len(items))
+	for i, it := range items {
+		ids[i], attempts[i], delays[i], errs[i] = it.ID, int32(it.Attempt), micros(max(it.Delay, 0)), it.Error
+	}
+	return ids, attempts, delays, errs
+}
+
+// deadColumns are the parameter arrays of the dead statements (every claim
+// mode's), one element per item.
+func deadColumns(items []dialect.DeadItem) (ids []string, attempts []int32, errs []string) {
+	ids, attempts, errs = make([]string, len(items)), make([]int32, len(items)), make([]string, len(items))
+	for i, it := range items {
 		ids[i], attempts[i], errs[i] = it.ID, int32(it.Attempt), it.Error
 	}
-	return d.exec(ctx, "dead", p.Token, ids, attempts, errs)
+	return ids, attempts, errs
 }
 
 // Release implements dialect.Dialect. An empty IDs releases nothing.

@@ -8,16 +8,7 @@
 -- the benchmark); the join hashes the ids or probes the primary key.
 UPDATE {{ .Table }} AS o
 SET {{ col "leaseExpiresAt" }} = NULL,
-{{- if has "lastError" }}
-    {{ col "lastError" }} = NULL,
-{{- end }}
-{{- if has "sentAt" }}
-    {{ col "sentAt" }} = now(),
-{{- end }}
-{{- if has "updatedAt" }}
-    {{ col "updatedAt" }} = now(),
-{{- end }}
-    {{ col "state" }} = {{ state "sent" }}
+{{- template "sentSet" . }}
 FROM unnest({{ ids "$2" }}) AS r(id)
 WHERE o.{{ col "id" }} = r.id
   AND o.{{ col "claimToken" }} = $1

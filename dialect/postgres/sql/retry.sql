@@ -6,19 +6,7 @@ UPDATE {{ .Table }} AS o
 SET {{ col "claimToken" }} = NULL,
     {{ col "claimedAt" }} = NULL,
     {{ col "leaseExpiresAt" }} = NULL,
-{{- if has "attempt" }}
-    {{ col "attempt" }} = r.attempt,
-{{- end }}
-{{- if has "scheduledAt" }}
-    {{ col "scheduledAt" }} = now() + r.delay_us * interval '1 microsecond',
-{{- end }}
-{{- if has "lastError" }}
-    {{ col "lastError" }} = {{ errorText "r.error" }},
-{{- end }}
-{{- if has "updatedAt" }}
-    {{ col "updatedAt" }} = now(),
-{{- end }}
-    {{ col "state" }} = {{ state "pending" }}
+{{- template "retrySet" . }}
 FROM unnest({{ ids "$2" }}, $3::integer[], $4::bigint[], $5::text[]) AS r(id, attempt, delay_us, error)
 WHERE o.{{ col "id" }} = r.id
   AND o.{{ col "claimToken" }} = $1

@@ -10,16 +10,7 @@
 -- pair every row with every bucket first.
 UPDATE {{ .Table }} AS o
 SET
-{{- if has "lastError" }}
-    {{ col "lastError" }} = NULL,
-{{- end }}
-{{- if has "sentAt" }}
-    {{ col "sentAt" }} = now(),
-{{- end }}
-{{- if has "updatedAt" }}
-    {{ col "updatedAt" }} = now(),
-{{- end }}
-    {{ col "state" }} = {{ state "sent" }}
+{{- template "sentSet" . }}
 FROM unnest({{ ids "$2" }}, $3::integer[], $4::bigint[]) AS r(id, bucket, epoch)
 WHERE o.{{ col "id" }} = r.id
   AND o.{{ col "state" }} = {{ state "pending" }}

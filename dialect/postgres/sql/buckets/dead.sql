@@ -3,19 +3,7 @@
 -- epochs).
 UPDATE {{ .Table }} AS o
 SET
-{{- if has "attempt" }}
-    {{ col "attempt" }} = d.attempt,
-{{- end }}
-{{- if has "lastError" }}
-    {{ col "lastError" }} = {{ errorText "d.error" }},
-{{- end }}
-{{- if .Hold }}
-    {{ col "heldAt" }} = CASE WHEN o.{{ col "key" }} IS NULL OR o.{{ col "key" }} = '' THEN NULL ELSE now() END,
-{{- end }}
-{{- if has "updatedAt" }}
-    {{ col "updatedAt" }} = now(),
-{{- end }}
-    {{ col "state" }} = {{ state "dead" }}
+{{- template "deadSet" . }}
 FROM unnest({{ ids "$2" }}, $3::integer[], $4::bigint[], $5::integer[], $6::text[]) AS d(id, bucket, epoch, attempt, error)
 WHERE o.{{ col "id" }} = d.id
   AND o.{{ col "state" }} = {{ state "pending" }}

@@ -3,19 +3,7 @@
 -- rows stay pending. Fenced like complete ($3 the buckets, $4 the epochs).
 UPDATE {{ .Table }} AS o
 SET
-{{- if has "attempt" }}
-    {{ col "attempt" }} = r.attempt,
-{{- end }}
-{{- if has "scheduledAt" }}
-    {{ col "scheduledAt" }} = now() + r.delay_us * interval '1 microsecond',
-{{- end }}
-{{- if has "lastError" }}
-    {{ col "lastError" }} = {{ errorText "r.error" }},
-{{- end }}
-{{- if has "updatedAt" }}
-    {{ col "updatedAt" }} = now(),
-{{- end }}
-    {{ col "state" }} = {{ state "pending" }}
+{{- template "retrySet" . }}
 FROM unnest({{ ids "$2" }}, $3::integer[], $4::bigint[], $5::integer[], $6::bigint[], $7::text[]) AS r(id, bucket, epoch, attempt, delay_us, error)
 WHERE o.{{ col "id" }} = r.id
   AND o.{{ col "state" }} = {{ state "pending" }}

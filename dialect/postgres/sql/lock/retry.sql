@@ -3,19 +3,7 @@
 -- the row is due again at once; without attempt it is not counted.
 UPDATE {{ .Table }} AS o
 SET
-{{- if has "attempt" }}
-    {{ col "attempt" }} = r.attempt,
-{{- end }}
-{{- if has "scheduledAt" }}
-    {{ col "scheduledAt" }} = now() + r.delay_us * interval '1 microsecond',
-{{- end }}
-{{- if has "lastError" }}
-    {{ col "lastError" }} = {{ errorText "r.error" }},
-{{- end }}
-{{- if has "updatedAt" }}
-    {{ col "updatedAt" }} = now(),
-{{- end }}
-    {{ col "state" }} = {{ state "pending" }}
+{{- template "retrySet" . }}
 FROM unnest({{ ids "$1" }}, $2::integer[], $3::bigint[], $4::text[]) AS r(id, attempt, delay_us, error)
 WHERE o.{{ col "id" }} = r.id
   AND o.{{ col "state" }} = {{ state "pending" }}
