@@ -437,8 +437,11 @@ func (d *BucketDialect) review(ctx context.Context) error {
 }
 
 // releaseDrained gives up the draining buckets that have no row in flight
-// here.
+// here. It waits for a claim under way: the rows it reads from a bucket
+// marked draining after the claim began are in flight once it returns.
 func (d *BucketDialect) releaseDrained(ctx context.Context) {
+	d.claimMu.Lock()
+	defer d.claimMu.Unlock()
 	d.mu.Lock()
 	busy := map[int]bool{}
 	for _, rows := range d.tokens {

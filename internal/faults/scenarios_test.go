@@ -168,3 +168,87 @@ func roundAll(ds []time.Duration) string {
 	}
 	return "[" + strings.Join(s, " ") + "]"
 }
+
+// TestFaultKillReplicasBucketMode is kill-replicas in bucket mode
+// (relay.claimMode: buckets): three replicas share the table's buckets,
+// and one of them is SIGKILLed three times while it has rows out, and
+// started again at once. A killed replica's rows out are still pending; its
+// buckets wait until its membership ends (one lease), then the live
+// replicas take them and deliver those rows again with the same ids.
+func TestFaultKillReplicasBucketMode(t *testing.T) {
+	faultSuite(t)
+	resetKeys()
+	w := newWorld(t, worldOptions{})
+	const total, waves, keys = 20000, 3, 200
+	const lease = 2 * time.Second
+	w.hooks.delay = 5 * time.Millisecond
+	cfg := w.config("claimMode: buckets\nbatchSize: 100\npollInterval: 20ms\nlease: 2s\nbackoff: {base: 100ms, max: 2s}", "")
+	var reps [3]*testenv.Process
+	addrs := make([]string, len(reps))
+	for i := range reps {
+		reps[i] = startQueuebox(t, fmt.Sprintf("replica-%d", i), "run", "--config", cfg)
+		addrs[i] = reps[i].ManagementAddr()
+	}
+	// orphaned counts the buckets whose owner's membership has ended.
+	orphaned := func() int {
+		var n int
+		if err := w.pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_qb_buckets AS b
+			WHERE b.member IS NOT NULL AND NOT EXISTS (SELECT 1 FROM outbox_qb_members AS m
+			WHERE m.member = b.member AND m.expires_at > clock_timestamp())`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var handovers []time.Duration
+	inserted := 0
+	start := time.Now()
+	for k := 0; k < waves; k++ {
+		n := total / waves
+		if k == waves-1 {
+			n = total - inserted
+		}
+		insert(t, w.pg.Pool, n, keys, mixedTopic)
+		inserted += n
+		testenv.Eventually(t, 2*time.Minute, func() bool { return sentCount(t, w.pg.Pool) >= inserted-n+n/3 }, "no progress in wave %d", k)
+		victim := -1
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			for j := range reps {
+				if v := (k + j) % len(reps); testenv.Metric(testenv.Scrape(t, addrs[v]), "queuebox_inflight_rows") > 0 {
+					victim = v
+					return true
+				}
+			}
+			return false
+		}, "no replica had rows out in wave %d", k)
+		reps[victim].Kill()
+		killed := time.Now()
+		reps[victim] = startQueuebox(t, fmt.Sprintf("replica-%d-restart-%d", victim, k+1), "run", "--config", cfg)
+		addrs[victim] = reps[victim].ManagementAddr()
+		// The killed member's buckets are orphaned until its membership
+		// ends, and then taken by live members.
+		testenv.Eventually(t, 3*time.Second, func() bool { return orphaned() > 0 }, "kill %d: the killed replica owned no bucket", k+1)
+		testenv.Eventually(t, 4*lease, func() bool { return orphaned() == 0 }, "kill %d: the killed replica's buckets were not taken over", k+1)
+		handovers = append(handovers, time.Since(killed))
+		t.Logf("kill %d: replica %d SIGKILLed; its buckets had live owners again after %v; table %v",
+			k+1, victim, handovers[len(handovers)-1].Round(10*time.Millisecond), countStates(t, w.pg.Pool))
+	}
+	waitSettled(t, w.pg.Pool, 3*time.Minute)
+	drain := time.Since(start)
+	var owners int
+	if err := w.pg.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT member) FROM outbox_qb_buckets`).Scan(&owners); err != nil {
+		t.Fatal(err)
+	}
+	if owners != len(reps) {
+		t.Errorf("the buckets have %d owners at the end, want the %d live replicas", owners, len(reps))
+	}
+	for i, p := range reps {
+		if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+			t.Errorf("replica %d exit status %d after SIGTERM", i, code)
+		}
+	}
+	r := mustCheck(t, w.collect(time.Second))
+	if r.Sent != inserted {
+		t.Fatalf("sent %d of %d", r.Sent, inserted)
+	}
+	figure(t, "kill-replicas-buckets", r, fmt.Sprintf("kills=3 handover=%v drain=%v", roundAll(handovers), drain.Round(100*time.Millisecond)))
+}
