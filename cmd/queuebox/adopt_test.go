@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -188,6 +189,9 @@ func adoptNatsOutbox(t *testing.T, relayCfg, mode string) *testenv.Process {
 		return countBy(t, w.pg.Pool, `SELECT status, count(*) FROM outbox_events GROUP BY status`)["published"]
 	}
 	testenv.Eventually(t, 60*time.Second, func() bool { return published() >= 600 }, "no progress")
+	if mode == "buckets" {
+		bucketStats(t, cfg)
+	}
 	a.Kill() // mid-drain: lock mode's open transactions roll back; bucket mode's rows out stay pending
 	if published() == rows {
 		t.Fatal("the relays finished before one could be killed; the test proves nothing")
@@ -430,5 +434,37 @@ func TestPrintPlanMarksWarnings(t *testing.T) {
 	want := "ok    claim mode lock (relay.claimMode: lock)\ninfo  column key (key) not found: no per-key ordering\nwarn  autovacuum is off on this server\n"
 	if b.String() != want {
 		t.Errorf("check's plan findings:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// bucketStats checks what `stats -o json` says of bucket mode's group: two
+// live relays that own, with the buckets no one owns, all 64.
+func bucketStats(t *testing.T, cfg string) {
+	t.Helper()
+	out, err := exec.Command(binPath, "stats", "--config", cfg, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	var st struct {
+		Buckets *struct {
+			Members []struct {
+				Live    bool `json:"live"`
+				Buckets int  `json:"buckets"`
+			} `json:"members"`
+			Unowned int `json:"unowned"`
+		} `json:"buckets"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || st.Buckets == nil {
+		t.Fatalf("stats -o json has no buckets (%v):\n%s", err, out)
+	}
+	live, owned := 0, st.Buckets.Unowned
+	for _, m := range st.Buckets.Members {
+		if m.Live {
+			live++
+		}
+		owned += m.Buckets
+	}
+	if live != 2 || owned != postgres.BucketCount {
+		t.Fatalf("stats: %d live relays and %d buckets accounted for, want 2 and %d:\n%s", live, owned, postgres.BucketCount, out)
 	}
 }

@@ -173,7 +173,7 @@ func TestCLIReferenceDocumentsTheJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []any{checkReport{}, checkFinding{}, statsJSON{}, backlogJSON{}, heldKeyJSON{}, deadRowJSON{},
+	for _, v := range []any{checkReport{}, checkFinding{}, statsJSON{}, backlogJSON{}, heldKeyJSON{}, bucketsJSON{}, bucketMemberJSON{}, deadRowJSON{},
 		deadReleaseJSON{}, replayJSON{}, duplicateWindowJSON{}, migrateStatusJSON{}, migrationJSON{}, migrateUpJSON{},
 		appliedJSON{}, buildInfo{}, demoReport{}, demoCheck{}} {
 		typ := reflect.TypeOf(v)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/queuebox/queuebox/dialect"
+	"github.com/queuebox/queuebox/dialect/postgres"
 )
 
 // statsJSON is the shape of `stats --output json` (docs/operations.md).
@@ -32,6 +33,27 @@ type statsJSON struct {
 	// Circuits are the destinations' circuit breakers of the relay at
 	// server.listen (or --relay), when one answers; absent otherwise.
 	Circuits map[string]string `json:"circuits,omitempty"`
+	// Buckets is the group of relay.claimMode: buckets; absent in the
+	// other modes.
+	Buckets *bucketsJSON `json:"buckets,omitempty"`
+}
+
+// bucketsJSON is bucket mode's group: its members and the buckets no
+// member owns.
+type bucketsJSON struct {
+	Members []bucketMemberJSON `json:"members"`
+	Unowned int                `json:"unowned"`
+}
+
+type bucketMemberJSON struct {
+	Member string `json:"member"`
+	Name   string `json:"name"`
+	Live   bool   `json:"live"`
+	// ExpiresInSeconds is how long the membership still runs; negative:
+	// it ended that long ago, and its buckets wait for a live relay to
+	// take them.
+	ExpiresInSeconds float64 `json:"expiresInSeconds"`
+	Buckets          int     `json:"buckets"`
 }
 
 type backlogJSON struct {
@@ -64,7 +86,12 @@ wait behind it.
 "dead": n}, "oldestPendingAgeSeconds": s, "backlog": [{"topic", "pending",
 "oldestPendingAgeSeconds"}], "heldKeys": [{"key", "deadId", "waiting"}],
 "oldestProcessingAgeSeconds": s, "expiredLeases": n,
-"circuits": {"<destination>": "closed"|"open"|"half-open"}}.
+"circuits": {"<destination>": "closed"|"open"|"half-open"},
+"buckets": {"members": [{"member", "name", "live", "expiresInSeconds",
+"buckets"}], "unowned": n}}; buckets only in bucket mode
+(relay.claimMode: buckets), where rows out stay pending: the relays that own
+the buckets, and how long each membership still runs (negative: it ended,
+and its keys wait until a live relay takes its buckets).
 
 A processing row (claimed, being published) holds its key. One whose relay
 crashed stays processing until its lease expires and a relay returns it to
@@ -110,6 +137,17 @@ leaves them out when none answers within a second.`,
 				relayAddr = odb.cfg.Server.Listen
 			}
 			js.Circuits = relayCircuits(cmd.Context(), relayAddr)
+			if bd, ok := odb.db.(*postgres.BucketDialect); ok {
+				members, unowned, err := bd.Members(cmd.Context())
+				if err != nil {
+					return fmt.Errorf("stats: %w", err)
+				}
+				js.Buckets = &bucketsJSON{Members: make([]bucketMemberJSON, len(members)), Unowned: unowned}
+				for i, m := range members {
+					js.Buckets.Members[i] = bucketMemberJSON{Member: m.Member, Name: m.Name, Live: m.Live,
+						ExpiresInSeconds: m.Expires.Seconds(), Buckets: m.Buckets}
+				}
+			}
 			if output.json() {
 				return printJSON(cmd.OutOrStdout(), js)
 			}
@@ -154,6 +192,21 @@ func printStats(w io.Writer, st statsJSON, hold bool, reapInterval time.Duration
 		}
 	case hold:
 		fmt.Fprintln(tw, "\nno held keys")
+	}
+	if b := st.Buckets; b != nil {
+		// Bucket mode: rows out are still pending; who owns which keys is
+		// what a stalled key may wait for.
+		fmt.Fprintln(tw, "\nRELAY (bucket mode)\tBUCKETS\tMEMBERSHIP")
+		for _, m := range b.Members {
+			state := fmt.Sprintf("ends in %s", age(m.ExpiresInSeconds))
+			if !m.Live {
+				state = fmt.Sprintf("ended %s ago: a live relay takes its buckets at its next review", age(-m.ExpiresInSeconds))
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", oneLine(m.Name+" "+m.Member, 60), m.Buckets, state)
+		}
+		if b.Unowned > 0 {
+			fmt.Fprintf(tw, "(no relay)\t%d\t-\n", b.Unowned)
+		}
 	}
 	if len(st.Circuits) > 0 {
 		fmt.Fprintln(tw, "\nDESTINATION\tCIRCUIT")

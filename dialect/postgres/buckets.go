@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +34,7 @@ var bucketFiles embed.FS
 
 // bucketQueryNames are bucket mode's statements beside its claim
 // (sql/buckets/).
-var bucketQueryNames = []string{"complete", "retry", "dead", "schema", "join", "heartbeat", "lock", "owners", "acquire", "release", "leave"}
+var bucketQueryNames = []string{"complete", "retry", "dead", "schema", "join", "heartbeat", "lock", "owners", "acquire", "release", "leave", "members"}
 
 var (
 	_ dialect.Dialect = (*BucketDialect)(nil)
@@ -718,4 +719,48 @@ func LiveBucketMembers(ctx context.Context, pool *pgxpool.Pool, m dialect.Mappin
 	var n int
 	err := pool.QueryRow(ctx, `SELECT count(*) FROM `+members+` WHERE expires_at > clock_timestamp()`).Scan(&n)
 	return n, err
+}
+
+// BucketMember is one relay of a bucket-mode table's group, as `queuebox
+// stats` shows it.
+type BucketMember struct {
+	Member  string
+	Name    string        // host/pid of the relay
+	Live    bool          // its membership still runs
+	Expires time.Duration // until its membership ends; negative: ended that long ago
+	Buckets int           // buckets it owns
+}
+
+// Members reads the table's group: its members in the order they joined,
+// and how many buckets no member owns. Both are empty when bucket mode
+// never ran on the table.
+func (d *BucketDialect) Members(ctx context.Context) (members []BucketMember, unowned int, err error) {
+	_, mt := bucketTables(d.mapping)
+	var exists bool
+	if err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, mt).Scan(&exists); err != nil || !exists {
+		return nil, 0, err
+	}
+	rows, err := d.pool.Query(ctx, d.bq["members"])
+	if err != nil {
+		return nil, 0, interpretError("bucket mode: read the members", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			member    *string
+			m         BucketMember
+			ms, owned int64
+		)
+		if err := rows.Scan(&member, &m.Name, &m.Live, &ms, &owned); err != nil {
+			return nil, 0, interpretError("bucket mode: read the members", err)
+		}
+		if member == nil {
+			unowned = int(owned)
+			continue
+		}
+		m.Member, m.Expires, m.Buckets = *member, time.Duration(ms)*time.Millisecond, int(owned)
+		members = append(members, m)
+	}
+	slices.SortFunc(members, func(a, b BucketMember) int { return strings.Compare(a.Name+a.Member, b.Name+b.Member) })
+	return members, unowned, rows.Err()
 }

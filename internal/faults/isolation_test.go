@@ -136,14 +136,24 @@ func TestFaultOrphanedHead(t *testing.T) {
 // the rest to JetStream. The other keys drain at ≥ 0.8 × the rate of the
 // same backlog when the webhook answers at once; the slow key's rows still
 // arrive, in order.
-func TestFaultSlowKey(t *testing.T) {
+func TestFaultSlowKey(t *testing.T) { slowKey(t, "slow-key", "") }
+
+// TestFaultSlowKeyBucketMode is slow-key in bucket mode (relay.claimMode:
+// buckets), where the slow key's row in flight stays pending.
+func TestFaultSlowKeyBucketMode(t *testing.T) {
+	slowKey(t, "slow-key-buckets", "claimMode: buckets\n")
+}
+
+// slowKey runs slow-key with relay settings extra, and reports its figures
+// as scenario.
+func slowKey(t *testing.T, scenario, extra string) {
 	faultSuite(t)
 	resetKeys()
 	w := newWorld(t, worldOptions{})
 	const rows, keys, slow = 20_000, 1_000, "key-000"
 	topicOf := func(int) string { return "order.created" }
 	w.hooks.hangFor = 2 * time.Second
-	cfg := w.config("pollInterval: 20ms\nmaxPollInterval: 100ms", "")
+	cfg := w.config(extra+"pollInterval: 20ms\nmaxPollInterval: 100ms", "")
 	p := startQueuebox(t, "relay", "run", "--config", cfg)
 	p.ManagementAddr()
 	slowTopic := fmt.Sprintf(`UPDATE outbox SET topic = 'hook.slow' WHERE key = '%s' AND state = 'pending'`, slow)
@@ -171,7 +181,7 @@ func TestFaultSlowKey(t *testing.T) {
 	if r.Dead != 0 || r.Sent != 2*rows {
 		t.Fatalf("want %d sent and none dead: %v", 2*rows, r)
 	}
-	figure(t, "slow-key", r, fmt.Sprintf("without=%.0f/s others_beside_2s_key=%.0f/s ratio=%.2f slow_key_done=%v",
+	figure(t, scenario, r, fmt.Sprintf("without=%.0f/s others_beside_2s_key=%.0f/s ratio=%.2f slow_key_done=%v",
 		base, others, others/base, settled.Sub(start).Round(100*time.Millisecond)))
 }
 
