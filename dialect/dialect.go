@@ -185,6 +185,15 @@ type BatchCommitter interface {
 	Commit(ctx context.Context, token string) error
 }
 
+// ClaimForgetter is implemented by dialects that keep state per claim
+// (bucket mode: the rows in flight). The engine calls Forget once every row
+// of the claim has an outcome, whether its settlement was written or not:
+// a row whose settlement could not be written is still pending, and a
+// later claim may take it again.
+type ClaimForgetter interface {
+	Forget(token string)
+}
+
 // BatchDeadliner is implemented by dialects whose batches end at a time
 // that renewals do not move (lock mode: the lock timeout rolls the batch's
 // transaction back, and then another relay may claim its rows). The

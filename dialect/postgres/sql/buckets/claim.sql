@@ -3,8 +3,10 @@
 -- stays pending until it is settled, once, by a write fenced on the
 -- ownership of its bucket. $1 is the relay's member id, $2 how long, in
 -- microseconds, its membership must still run for the claim to return
--- anything, $3 the ids it has in flight, $4 the buckets it owns (NULL: all
--- of them), $5 and $6 the window's From and Skip (claim_window.tmpl).
+-- anything, $3 the ids it has in flight, $4 the buckets it claims from
+-- (NULL: all of them), $5 and $6 those buckets and the epochs under which
+-- the relay believes it owns them, $7 and $8 the window's From and Skip
+-- (claim_window.tmpl).
 --
 -- A row is ready when it is pending, due on the database clock, not in
 -- flight here, in an owned bucket, and the head of its key: no pending or
@@ -14,9 +16,10 @@
 -- here is still pending, so the key's next row is not a head until it is
 -- settled.
 --
--- The membership test runs once (it does not depend on the row): a relay
--- whose membership is about to end, whose buckets another relay may then
--- take, claims nothing.
+-- The membership and ownership tests run once (they do not depend on the
+-- row): a relay whose membership is about to end, whose buckets another
+-- relay may then take, claims nothing; nor does a relay that believes it
+-- owns a bucket that another relay took.
 WITH {{ if .Window }}{{ template "windowCTE" . }},
 {{ end }}candidates AS (
     SELECT c.{{ col "id" }},
@@ -35,6 +38,10 @@ WITH {{ if .Window }}{{ template "windowCTE" . }},
     WHERE EXISTS (SELECT 1 FROM {{ .MemberTable }} AS me
                   WHERE me.member = $1::uuid
                     AND me.expires_at >= clock_timestamp() + $2::bigint * interval '1 microsecond')
+      AND NOT EXISTS (SELECT 1 FROM unnest($5::integer[], $6::bigint[]) AS mine(bucket, epoch)
+                      WHERE NOT EXISTS (SELECT 1 FROM {{ .BucketTable }} AS b
+                                        WHERE b.bucket = mine.bucket AND b.member = $1::uuid
+                                          AND b.epoch = mine.epoch))
       AND c.{{ col "state" }} = {{ state "pending" }}
       {{ if has "scheduledAt" }}AND c.{{ col "scheduledAt" }} <= now(){{ end }}
 {{- template "bucketRow" (alias "c") }}
