@@ -293,11 +293,12 @@ func (d *BucketDialect) checkNoLeases(ctx context.Context) error {
 }
 
 func (d *BucketDialect) join(ctx context.Context) error {
+	sent := time.Now()
 	if _, err := d.pool.Exec(ctx, d.bq["join"], d.member, d.name, micros(d.lease)); err != nil {
 		return interpretError("bucket mode: join", err)
 	}
 	d.mu.Lock()
-	d.lost = false
+	d.lost, d.beatSent = false, sent
 	d.mu.Unlock()
 	return nil
 }
@@ -392,11 +393,18 @@ func (d *BucketDialect) heartbeat(ctx context.Context) error {
 	return nil
 }
 
+// bucketOwner is a bucket's row in the bucket table, as review reads it.
+type bucketOwner struct {
+	member *string
+	epoch  int64
+	live   bool // its owner's membership still runs
+}
+
 // review reads the ownership of every bucket and moves this relay toward
 // its share: ceil(BucketCount ÷ live members). It drops buckets it finds
 // owned elsewhere, gives up surplus buckets once their rows here are
-// settled, and takes buckets that no live member owns. Takes run under
-// the buckets lock, in one transaction.
+// settled, and takes buckets that no live member owns. It runs under the
+// buckets lock, in one transaction, after deleting ended memberships.
 func (d *BucketDialect) review(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, d.lease/6)
 	defer cancel()
@@ -409,75 +417,15 @@ func (d *BucketDialect) review(ctx context.Context) error {
 		if _, err := tx.Exec(rctx, d.bq["expire"]); err != nil {
 			return err
 		}
-		rows, err := tx.Query(rctx, d.bq["owners"])
+		all, err := d.readOwners(rctx, tx)
 		if err != nil {
 			return err
 		}
-		type owner struct {
-			member *string
-			epoch  int64
-			live   bool
-		}
-		all := make([]owner, BucketCount)
-		members := map[string]bool{d.member: true}
-		for rows.Next() {
-			var (
-				b int32
-				o owner
-			)
-			if err := rows.Scan(&b, &o.member, &o.epoch, &o.live); err != nil {
-				rows.Close()
-				return err
-			}
-			if b >= 0 && int(b) < BucketCount {
-				all[b] = o
-				if o.live {
-					members[*o.member] = true
-				}
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		d.mu.Lock()
-		for b, e := range d.owned {
-			if o := all[b]; o.member == nil || *o.member != d.member || o.epoch != e {
-				delete(d.owned, b) // taken after this relay's membership ended
-				delete(d.draining, b)
-			}
-		}
-		live := max(d.members, len(members), 1)
-		share := (BucketCount + live - 1) / live
-		var free []int32
-		clear(d.draining)
-		if extra := len(d.owned) - share; extra > 0 {
-			// Give up the highest buckets beyond the share: no new claims
-			// from them; releaseDrained hands them over once settled.
-			owned := make([]int, 0, len(d.owned))
-			for b := range d.owned {
-				owned = append(owned, b)
-			}
-			slices.Sort(owned)
-			for _, b := range owned[len(owned)-extra:] {
-				d.draining[b] = true
-			}
-		} else if !d.lost {
-			// Free: no live owner; or this relay's own from before its
-			// membership ended, or from a take whose commit it never
-			// heard of. Taking them again moves the epoch on.
-			for b := 0; b < BucketCount && len(free) < share-len(d.owned); b++ {
-				o := all[b]
-				_, mine := d.owned[b]
-				if !o.live || (!mine && o.member != nil && *o.member == d.member) {
-					free = append(free, int32(b))
-				}
-			}
-		}
-		d.mu.Unlock()
+		free := d.share(all)
 		if len(free) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(rctx, d.bq["acquire"], d.member, free)
+		rows, err := tx.Query(rctx, d.bq["acquire"], d.member, free)
 		if err != nil {
 			return err
 		}
@@ -505,6 +453,79 @@ func (d *BucketDialect) review(ctx context.Context) error {
 	}
 	d.mu.Unlock()
 	return nil
+}
+
+// readOwners reads every bucket's owner, epoch and liveness.
+func (d *BucketDialect) readOwners(ctx context.Context, tx pgx.Tx) ([]bucketOwner, error) {
+	rows, err := tx.Query(ctx, d.bq["owners"])
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	all := make([]bucketOwner, BucketCount)
+	for rows.Next() {
+		var (
+			b int32
+			o bucketOwner
+		)
+		if err := rows.Scan(&b, &o.member, &o.epoch, &o.live); err != nil {
+			return nil, err
+		}
+		if b >= 0 && int(b) < BucketCount {
+			all[b] = o
+		}
+	}
+	return all, rows.Err()
+}
+
+// share drops the buckets all shows owned elsewhere, marks the buckets
+// beyond this relay's share as draining, and returns the buckets to take
+// to reach it.
+func (d *BucketDialect) share(all []bucketOwner) []int32 {
+	members := map[string]bool{d.member: true}
+	for _, o := range all {
+		if o.live {
+			members[*o.member] = true
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for b, e := range d.owned {
+		if o := all[b]; o.member == nil || *o.member != d.member || o.epoch != e {
+			delete(d.owned, b) // taken after this relay's membership ended
+		}
+	}
+	live := max(d.members, len(members), 1)
+	share := (BucketCount + live - 1) / live
+	clear(d.draining)
+	if extra := len(d.owned) - share; extra > 0 {
+		// Give up the highest buckets beyond the share: no new claims from
+		// them; releaseDrained hands them over once settled.
+		owned := make([]int, 0, len(d.owned))
+		for b := range d.owned {
+			owned = append(owned, b)
+		}
+		slices.Sort(owned)
+		for _, b := range owned[len(owned)-extra:] {
+			d.draining[b] = true
+		}
+		return nil
+	}
+	if d.lost {
+		return nil
+	}
+	// Free: no live owner; or this relay's own from before its membership
+	// ended, or from a take whose commit it never heard of. Taking them
+	// again moves the epoch on.
+	var free []int32
+	for b := 0; b < BucketCount && len(free) < share-len(d.owned); b++ {
+		o := all[b]
+		_, mine := d.owned[b]
+		if !o.live || (!mine && o.member != nil && *o.member == d.member) {
+			free = append(free, int32(b))
+		}
+	}
+	return free
 }
 
 // releaseDrained gives up the draining buckets that have no row in flight
@@ -599,6 +620,10 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 	d.claimMu.Lock()
 	defer d.claimMu.Unlock()
 	d.mu.Lock()
+	if err := d.membershipShort(); err != nil {
+		d.mu.Unlock()
+		return dialect.Claimed{}, err
+	}
 	if _, dup := d.tokens[p.Token]; dup {
 		d.mu.Unlock()
 		return dialect.Claimed{}, fmt.Errorf("postgres: bucket claim: token %s is already in use", p.Token)
@@ -654,6 +679,20 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 	return claimed, nil
 }
 
+// membershipShort says why a claim cannot run now: the membership ended
+// (the loop joins again), or its last renewal is too old for the claim's
+// rows to be published for 5/6 of a lease before it could end (the
+// database is slow or out of reach). d.mu is held.
+func (d *BucketDialect) membershipShort() error {
+	if d.lost {
+		return errors.New("postgres: bucket mode: the membership ended (the database was out of reach for a lease); joining again")
+	}
+	if since := time.Since(d.beatSent); since > d.lease/12 {
+		return fmt.Errorf("postgres: bucket mode: the membership was last renewed %v ago (the database is slow or out of reach); claims wait for a renewal", since.Round(time.Millisecond))
+	}
+	return nil
+}
+
 // epochsByBucket is the epochs of the owned buckets, indexed by bucket (0: not
 // owned).
 func epochsByBucket(owned map[int]int64) []int64 {
@@ -681,10 +720,8 @@ func (d *BucketDialect) Renew(_ context.Context, p dialect.RenewParams) (int64, 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.lost {
-		if since := time.Since(d.beatSent); since > d.lease/12 {
-			return 0, fmt.Errorf("postgres: bucket mode: the membership was last renewed %v ago", since.Round(time.Millisecond))
-		}
+	if err := d.membershipShort(); err != nil && !d.lost {
+		return 0, err
 	}
 	var n int64
 	for _, r := range d.tokens[p.Token] {
