@@ -459,6 +459,10 @@ func TestSubjectStreamLookedUpOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	lookups := 0
+	// seen counts the lookups so far. The server copies another
+	// connection's request to this subscription with no order against
+	// this connection's Flush, so it also waits until none has arrived
+	// for 200 ms.
 	seen := func() int {
 		t.Helper()
 		if err := nc.Flush(); err != nil {
@@ -470,7 +474,7 @@ func TestSubjectStreamLookedUpOnce(t *testing.T) {
 				if bytes.Contains(m.Data, []byte(prefix)) {
 					lookups++
 				}
-			default:
+			case <-time.After(200 * time.Millisecond):
 				return lookups
 			}
 		}
