@@ -29,28 +29,22 @@ type Ager interface {
 // list, replay), KeyReleaser and Purger. Each is skipped when the dialect
 // does not implement it.
 func runInspector(t *testing.T, newHarness func(t *testing.T) Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h Harness)
-	}{
-		{"InspectStats", testStats},
-		{"InspectDeadList", testDeadList},
-		{"InspectReplay", testReplay},
-		{"InspectReplaySent", testReplaySent},
-		{"InspectReplayLeavesAKeyInFlight", testReplayLeavesAKeyInFlight},
-		{"InspectReplayReportsProgress", testReplayProgress},
-		{"InspectReplayTopics", testReplayTopics},
-		{"HoldKeepsKeyUntilReplay", testHoldReplay},
-		{"HoldReleaseKey", testHoldRelease},
-		{"HoldFlagInDeadList", testHoldFlag},
-		{"PurgeOldFinishedRows", testPurge},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newHarness(t))
-		})
-	}
+	runTests(t, newHarness, inspectorTests, true)
+}
+
+// inspectorTests are the tests of the operator surface.
+var inspectorTests = []suiteTest{
+	{"InspectStats", testStats, true},
+	{"InspectDeadList", testDeadList, false},
+	{"InspectReplay", testReplay, false},
+	{"InspectReplaySent", testReplaySent, false},
+	{"InspectReplayLeavesAKeyInFlight", testReplayLeavesAKeyInFlight, true},
+	{"InspectReplayReportsProgress", testReplayProgress, false},
+	{"InspectReplayTopics", testReplayTopics, false},
+	{"HoldKeepsKeyUntilReplay", testHoldReplay, false},
+	{"HoldReleaseKey", testHoldRelease, false},
+	{"HoldFlagInDeadList", testHoldFlag, false},
+	{"PurgeOldFinishedRows", testPurge, true},
 }
 
 func inspector(t *testing.T, d dialect.Dialect) dialect.Inspector {

@@ -28,16 +28,34 @@ func TestBucketModeConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(d.Close)
-		return &bucketHarness{harness{pool: pg.Pool, d: d.Dialect}, d}
+		h := &bucketHarness{harness: harness{pool: pg.Pool, d: d.Dialect}, b: d}
+		t.Cleanup(func() {
+			for _, hd := range h.hold {
+				hd.Close()
+			}
+		})
+		return h
 	})
 }
 
 type bucketHarness struct {
 	harness
-	b *BucketDialect
+	b    *BucketDialect
+	hold []*BucketDialect // made by HoldDialect, closed with the test
 }
 
 func (h *bucketHarness) Dialect() dialect.Dialect { return h.b }
+
+// HoldDialect implements dialecttest.HoldHarness: bucket mode on the same
+// table, rendered for relay.onDead: hold.
+func (h *bucketHarness) HoldDialect() dialect.Dialect {
+	d, err := NewBucketMode(h.pool, dialect.DefaultMapping(), 30*time.Second, WithHoldDeadKeys(true), WithUniqueID(true))
+	if err != nil {
+		panic(err) // the default mapping always renders
+	}
+	h.hold = append(h.hold, d)
+	return d
+}
 
 // newBuckets is NewBucketMode on the bundled table with lease, closed at
 // the end of the test.

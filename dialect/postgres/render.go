@@ -83,7 +83,11 @@ func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 		"idType":  func() string { return idType },
 		"literal": quoteLiteral,
 		"alias": func(a string) partialArgs {
-			return partialArgs{A: a, Table: m.Table(QuoteIdent), Hold: o.hold, Buckets: o.buckets}
+			pa := partialArgs{A: a, Table: m.Table(QuoteIdent), Hold: o.hold, Buckets: o.buckets}
+			if o.buckets {
+				pa.BucketTable, pa.MemberTable = bucketTables(m)
+			}
+			return pa
 		},
 		"bucketCount":     func() int { return BucketCount },
 		"bucketLockSpace": func() int64 { return bucketLockSpace },
@@ -97,6 +101,8 @@ type partialArgs struct {
 	Table   string
 	Hold    bool
 	Buckets bool // bucket mode (bucket.tmpl)
+	// BucketTable and MemberTable are bucket mode's tables, quoted.
+	BucketTable, MemberTable string
 }
 
 // sharedTemplates are the templates every query may call: headOfKey,

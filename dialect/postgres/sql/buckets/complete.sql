@@ -12,9 +12,4 @@ UPDATE {{ .Table }} AS o
 SET
 {{- template "sentSet" . }}
 FROM unnest({{ ids "$2" }}, $3::integer[], $4::bigint[]) AS r(id, bucket, epoch)
-WHERE o.{{ col "id" }} = r.id
-  AND o.{{ col "state" }} = {{ state "pending" }}
-  AND r.bucket = {{ template "bucketOf" (alias "o") }}
-  AND (r.bucket, r.epoch) IN (SELECT b.bucket, b.epoch FROM {{ .BucketTable }} AS b WHERE b.member = $1::uuid)
-  AND EXISTS (SELECT 1 FROM {{ .MemberTable }} AS me
-              WHERE me.member = $1::uuid AND me.expires_at > clock_timestamp())
+{{- template "bucketFence" (alias "r") }}
