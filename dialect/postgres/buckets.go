@@ -114,12 +114,7 @@ func NewBucketMode(pool *pgxpool.Pool, m dialect.Mapping, lease time.Duration, o
 		return nil, fmt.Errorf("postgres: bucket mode: the table name %q is too long for its member table (%s, at most %d bytes)",
 			m.TableName(), m.TableName()+memberSuffix, maxIdentLen)
 	}
-	o := newOptions(opts)
-	bq, err := renderFiles(bucketFiles, "sql/buckets", bucketQueryNames, m, o)
-	if err != nil {
-		return nil, err
-	}
-	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$7", m, o)
+	bq, claims, err := renderBuckets(m, newOptions(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -133,12 +128,7 @@ func NewBucketMode(pool *pgxpool.Pool, m dialect.Mapping, lease time.Duration, o
 // its claim for a batch of renderLimit rows with a window of as many.
 func RenderBuckets(m dialect.Mapping, opts ...Option) (map[string]string, error) {
 	opts = append(opts, func(o *options) { o.buckets = true })
-	o := newOptions(opts)
-	out, err := renderFiles(bucketFiles, "sql/buckets", bucketQueryNames, m, o)
-	if err != nil {
-		return nil, err
-	}
-	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$7", m, o)
+	out, claims, err := renderBuckets(m, newOptions(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +136,20 @@ func RenderBuckets(m dialect.Mapping, opts ...Option) (map[string]string, error)
 		return nil, err
 	}
 	return out, nil
+}
+
+// renderBuckets renders bucket mode's statements for m, and its claim per
+// shape.
+func renderBuckets(m dialect.Mapping, o options) (map[string]string, *claimShapes, error) {
+	out, err := renderFiles(bucketFiles, "sql/buckets", bucketQueryNames, m, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	claims, err := newClaimShapes(bucketFiles, "sql/buckets/claim.sql", "$7", m, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, claims, nil
 }
 
 const (
