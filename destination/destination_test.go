@@ -59,3 +59,28 @@ func TestHeaderFilter(t *testing.T) {
 		t.Errorf("dropped %v", dropped)
 	}
 }
+
+func TestContainsFold(t *testing.T) {
+	for _, c := range []struct {
+		s, substr string
+		want      bool
+	}{
+		{"x-nats-msg-id-y", "Nats-Msg-Id", true},
+		{"NATS-MSG-ID", "nats-msg-id", true},
+		{"Nats-Msg-I", "Nats-Msg-Id", false},
+		{"NNats-Msg-Id", "nats-msg-id", true},
+		{"Nats_Msg_Id", "nats-msg-id", false},
+		{"", "msg-id", false},
+		{"anything", "", true},
+		{"ünïcode MSG-ID", "msg-id", true},
+		{"msg-ıd", "msg-id", false}, // dotless ı is not an ASCII i
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "nats-msg-id", false},
+	} {
+		if got := destination.ContainsFold(c.s, c.substr); got != c.want {
+			t.Errorf("ContainsFold(%q, %q) = %v, want %v", c.s, c.substr, got, c.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { destination.ContainsFold("Some-Header-Value", "Nats-Msg-Id") }); n != 0 {
+		t.Errorf("ContainsFold allocates %v times per call, want 0", n)
+	}
+}

@@ -63,7 +63,36 @@ func HasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-// ContainsFold reports whether s contains substr, in any case (ASCII).
+// ContainsFold reports whether s contains substr, ASCII letters in any
+// case. It allocates nothing: it runs on every header of every message.
 func ContainsFold(s, substr string) bool {
-	return strings.Contains(strings.ToLower(s), strings.ToLower(substr))
+	n := len(substr)
+	if n == 0 {
+		return true
+	}
+	first := lowerASCII(substr[0])
+	for i := 0; i+n <= len(s); i++ {
+		if lowerASCII(s[i]) == first && equalFoldASCII(s[i:i+n], substr) {
+			return true
+		}
+	}
+	return false
+}
+
+// equalFoldASCII reports whether a and b, of the same length, are equal
+// with ASCII letters compared without case.
+func equalFoldASCII(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		if lowerASCII(a[i]) != lowerASCII(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
