@@ -91,6 +91,7 @@ idle cost of a replica.`,
 	f.DurationVar(&o.Duration, "duration", o.Duration, "length of the latency case")
 	f.DurationVar(&o.IdleWindow, "idle-window", o.IdleWindow, "idle cost measurement window")
 	f.StringVar(&o.ProfileDir, "cpu-profile", "", "directory for a CPU profile of the first relay replica of every drain (<case>-x<replicas>.pprof, via server.pprof); read with go tool pprof")
+	f.BoolVar(&o.Trace, "trace", false, "trace every row of the drain and latency cases: the relay replicas export a span per row over OTLP/HTTP (OTEL_TRACES_EXPORTER=otlp, sampler always_on) to a receiver in the bench that counts and discards them; the bench's own OTEL_* variables are not passed on")
 	f.BoolVar(&quick, "quick", false, "a smoke run: 5,000 rows, 100 keys, 3s latency and idle windows (explicit flags win)")
 	addOutputFlag(cmd, &output)
 	return cmd

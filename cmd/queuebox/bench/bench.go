@@ -54,6 +54,13 @@ type Options struct {
 	// server.pprof endpoint for about as long as the bare loop took.
 	ProfileDir string
 
+	// Trace has every relay replica of the drain and latency cases trace
+	// every row (OTEL_TRACES_EXPORTER=otlp, the always_on sampler) and
+	// export the spans over OTLP/HTTP to a receiver in the bench that
+	// counts and discards them (spans.go). A drain fails when fewer spans
+	// than rows arrive.
+	Trace bool
+
 	Progress io.Writer // progress lines; nil = none
 }
 
@@ -112,6 +119,7 @@ type Report struct {
 	BatchSize int         `json:"batchSize"`
 	Runs      int         `json:"runs"`
 	Payload   int         `json:"payloadBytes"`
+	Traced    bool        `json:"traced"` // Options.Trace
 	Drains    []Drain     `json:"drains"`
 	Latency   []Latency   `json:"latency"`
 	Isolation []Isolation `json:"isolation"`
@@ -188,6 +196,9 @@ type RelayRun struct {
 	// counted). Below the batch size, claims came back with part of a batch.
 	// Lease mode only: lock mode writes no claim token.
 	RowsPerClaim float64 `json:"rowsPerClaim,omitempty"`
+	// Spans is how many spans the replicas exported during the drain
+	// (Options.Trace), counted once they had stopped and flushed them.
+	Spans int64 `json:"spans,omitempty"`
 	// SwitchesPerRow is the machine's context switches (every process's)
 	// per row during the drain: the sleeps and wake-ups of the relay, the
 	// database and the broker, which a kernel with page-table isolation
@@ -292,7 +303,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer w.close()
-	rep := &Report{Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Runs: o.Runs, Payload: o.PayloadSize, Started: time.Now()}
+	rep := &Report{Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Runs: o.Runs, Payload: o.PayloadSize, Traced: o.Trace, Started: time.Now()}
 	rep.Machine = machine(ctx, w)
 	tmp, err := os.MkdirTemp("", "queuebox-bench-")
 	if err != nil {
@@ -505,6 +516,9 @@ func runDrain(ctx context.Context, w *world, o *Options, tmp, name, dest string,
 				if rr.RowsPerClaim > 0 {
 					perClaim = fmt.Sprintf("  %.1f rows/claim", rr.RowsPerClaim)
 				}
+				if o.Trace {
+					perClaim += fmt.Sprintf("  %d spans", rr.Spans)
+				}
 				o.say("   relay ×%d       %8.0f rows/s  ratio %.2f  cpu %.2fs/10k  db cpu %.2fs/10k  host cpu %.2fs/10k  busy %.0f%%  steal %.0f%%  cs %.1f/row  pf %.2f/row (db %.2f)  rss %.0f MiB%s  idle %.1f q/s %.1f%% cpu",
 					n, rr.RowsPerSec, rr.Ratio, rr.CPUPer10k, rr.DBCPUPer10k, rr.HostCPUPer10k, rr.HostBusyPct, rr.StealPct, rr.SwitchesPerRow, rr.PageFaultsPerRow, rr.DBPageFaultsPerRow, rr.PeakRSSMiB, perClaim, rr.IdleQPS, rr.IdleCPU)
 				if steal := max(rr.StealPct, br.steal); steal > stealWarnPercent {
@@ -590,6 +604,7 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		return fail(err)
 	}
 	cfg := o.replicaConfig(s.url)
+	cfg.TraceEndpoint = w.traceURL()
 	cfg.Dest, cfg.NATSURL, cfg.Subject, cfg.HookURL = dest, w.natsURL, topic, w.hookURL+"/hooks/{{ topic }}"
 	if prof.path != "" {
 		if cfg.Listen, err = freeAddr(ctx); err != nil {
@@ -607,6 +622,21 @@ func runRelay(ctx context.Context, w *world, o *Options, tmp, dest string, keyed
 		}
 	}()
 
+	if w.spans != nil {
+		// Run after stopReplicas (deferred below, so run before this):
+		// the replicas flush their spans when they stop.
+		base, _ := w.spans.count()
+		defer func() {
+			n, err := w.spans.count()
+			rr.Spans = n - base
+			if err == nil {
+				err = checkSpans(rr.Spans, o.Rows)
+			}
+			if err != nil && rr.Error == "" {
+				rr.Error = "tracing: " + err.Error()
+			}
+		}()
+	}
 	spawn := time.Now()
 	reps, err := startReplicas(ctx, o.Binary, tmp, cfg, replicas)
 	if err != nil {

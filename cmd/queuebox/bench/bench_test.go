@@ -23,24 +23,14 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and drains 2,000 rows twice")
 	}
-	pgURL := testenv.Env("QUEUEBOX_TEST_POSTGRES_URL", testenv.DefaultPostgresURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := probePostgres(ctx, pgURL); err != nil {
-		testenv.Unavailable(t, "PostgreSQL", err)
+	o, ok := smokeOptions(ctx, t)
+	if !ok {
 		return
 	}
 	amqpURL := testenv.AMQPURL(t)
 	kafka := testenv.Kafka(t, nil)
-	bin := filepath.Join(t.TempDir(), "queuebox")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/queuebox/queuebox/cmd/queuebox").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	o := Defaults()
-	o.DatabaseURL = pgURL
-	o.Binary = bin
-	o.Rows, o.Keys, o.BatchSize = 2_000, 50, 100
-	o.Replicas = []int{1}
 	o.Cases = []string{"nats-keyed", "amqp-unkeyed", "kafka-keyed"}
 	o.AMQPURL = amqpURL
 	o.KafkaBrokers = strings.Join(kafka.Brokers, ",")
@@ -69,6 +59,58 @@ func TestSmoke(t *testing.T) {
 		if rr.SwitchesPerRow <= 0 || d.BareSwitches <= 0 {
 			t.Errorf("%s: no context switches counted: bare %v, relay %v", d.Case, d.BareSwitches, rr.SwitchesPerRow)
 		}
+	}
+}
+
+// smokeOptions builds the binary and returns the options of a smoke run
+// on the test PostgreSQL: 2,000 rows, one replica. ok is false when
+// PostgreSQL is not there (the test is skipped, or failed when services
+// are required).
+func smokeOptions(ctx context.Context, t *testing.T) (o Options, ok bool) {
+	t.Helper()
+	pgURL := testenv.Env("QUEUEBOX_TEST_POSTGRES_URL", testenv.DefaultPostgresURL)
+	if err := probePostgres(ctx, pgURL); err != nil {
+		testenv.Unavailable(t, "PostgreSQL", err)
+		return o, false
+	}
+	bin := filepath.Join(t.TempDir(), "queuebox")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/queuebox/queuebox/cmd/queuebox").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	o = Defaults()
+	o.DatabaseURL = pgURL
+	o.Binary = bin
+	o.Rows, o.Keys, o.BatchSize = 2_000, 50, 100
+	o.Replicas = []int{1}
+	return o, true
+}
+
+// TestSmokeTraced drains with every row traced: each row's span reaches
+// the bench's receiver, counted after the replica stopped.
+func TestSmokeTraced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and drains 2,000 rows")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	o, ok := smokeOptions(ctx, t)
+	if !ok {
+		return
+	}
+	o.Cases = []string{"nats-keyed"}
+	o.Trace = true
+	o.IdleWindow = time.Second
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed() || len(rep.Drains) != 1 || len(rep.Drains[0].Relay) != 1 || !rep.Traced {
+		t.Fatalf("bench did not complete: %+v", rep)
+	}
+	rr := rep.Drains[0].Relay[0]
+	t.Logf("traced: relay %.0f rows/s (%.2f), %d spans", rr.RowsPerSec, rr.Ratio, rr.Spans)
+	if rr.Spans < int64(o.Rows) {
+		t.Errorf("%d spans for %d rows", rr.Spans, o.Rows)
 	}
 }
 

@@ -51,6 +51,7 @@ func runLatency(ctx context.Context, w *world, o *Options, tmp string, wake bool
 	defer unsubscribe()
 
 	cfg := o.replicaConfig(s.url)
+	cfg.TraceEndpoint = w.traceURL()
 	cfg.Dest, cfg.NATSURL, cfg.Subject, cfg.Stream = "nats", w.natsURL, topic, st.CachedInfo().Config.Name
 	if wake {
 		cfg.Notify = "qbb_" + randomHex(4)

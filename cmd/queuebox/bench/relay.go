@@ -50,6 +50,10 @@ type relayConfig struct {
 	// config file); 0 leaves Go's default, one per CPU.
 	MaxProcs int
 	Listen   string // server.listen with server.pprof on; "" = no management server
+	// TraceEndpoint, when set, is the OTLP/HTTP endpoint the replicas
+	// export a span of every row to (traceEnv; not part of the config
+	// file).
+	TraceEndpoint string
 	// Raw, when set, is the whole file, written as it is.
 	Raw string
 }
@@ -147,13 +151,19 @@ func replicaConfigs(dir string, cfg relayConfig, n int) ([]string, error) {
 }
 
 // replicaCommand is the `queuebox run` of one replica, with GOMAXPROCS set
-// when cfg.MaxProcs is.
+// when cfg.MaxProcs is, and tracing on when cfg.TraceEndpoint is.
 func replicaCommand(binary, path string, cfg relayConfig) *exec.Cmd {
 	// stopReplicas ends each replica (SIGTERM, then SIGKILL) once it is
 	// measured; a context would kill it mid-drain.
 	cmd := exec.Command(binary, "run", "--config", path) //nolint:noctx // stopped by stopReplicas
+	if cfg.TraceEndpoint != "" {
+		cmd.Env = traceEnv(os.Environ(), cfg.TraceEndpoint)
+	}
 	if cfg.MaxProcs > 0 {
-		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(cfg.MaxProcs))
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(cfg.MaxProcs))
 	}
 	return cmd
 }

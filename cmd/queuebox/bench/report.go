@@ -31,7 +31,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 
 func (r *Report) writeHeading(w io.Writer) {
 	m := r.Machine
-	fmt.Fprintf(w, "queuebox bench — %d rows, %d keys (keyed cases), payload %d B, batch %d, %d round(s) per case (medians)\n", r.Rows, r.Keys, r.Payload, r.BatchSize, r.Runs)
+	traced := ""
+	if r.Traced {
+		traced = "; every row traced (OTLP/HTTP to a receiver that discards the spans)"
+	}
+	fmt.Fprintf(w, "queuebox bench — %d rows, %d keys (keyed cases), payload %d B, batch %d, %d round(s) per case (medians)%s\n", r.Rows, r.Keys, r.Payload, r.BatchSize, r.Runs, traced)
 	cpu := m.CPU
 	if m.Kernel != "" {
 		cpu += "; " + m.Kernel

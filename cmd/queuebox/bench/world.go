@@ -46,6 +46,17 @@ type world struct {
 	hook    *receiver
 	hookSrv *http.Server
 	hookURL string // http://127.0.0.1:port
+
+	spans *spanSink // Options.Trace; nil otherwise
+}
+
+// traceURL is the endpoint traced replicas export to; "" when the bench
+// does not trace.
+func (w *world) traceURL() string {
+	if w.spans == nil {
+		return ""
+	}
+	return w.spans.url
 }
 
 func randomHex(n int) string {
@@ -142,10 +153,18 @@ func openWorld(ctx context.Context, o *Options) (_ *world, err error) {
 	w.hookSrv = &http.Server{Handler: w.hook, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = w.hookSrv.Serve(ln) }()
 	w.hookURL = "http://" + ln.Addr().String()
+	if o.Trace {
+		if w.spans, err = openSpanSink(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
 func (w *world) close() {
+	if w.spans != nil {
+		w.spans.close()
+	}
 	if w.hookSrv != nil {
 		_ = w.hookSrv.Close()
 	}
