@@ -136,6 +136,50 @@ type database struct {
 	plan *postgres.TablePlan // PostgreSQL: how the table is used (claim mode, absent columns)
 }
 
+// mixedModesError is why a relay in mode may not claim beside members
+// relays in bucket mode.
+type mixedModesError struct {
+	members int
+	mode    string
+}
+
+func (e mixedModesError) Error() string {
+	return fmt.Sprintf("database: %d relay(s) in bucket mode (relay.claimMode: buckets) are at work on this table, and this relay would claim in %s mode: both would publish the same rows; use the same relay.claimMode on every relay (stop them all to change it)", e.members, e.mode)
+}
+
+// bucketGuardInterval is how often a lease- or lock-mode relay looks for
+// bucket-mode relays that joined its table after it started
+// (watchBucketMembers).
+const bucketGuardInterval = 5 * time.Second
+
+// watchBucketMembers stops a PostgreSQL relay in lease or lock mode, with
+// mixedModesError as the cause, once relays in bucket mode are members of
+// its table: a bucket-mode relay that started while this one was idle
+// (no row processing) found nothing to wait for, and the two would
+// publish the same rows. It returns at once for other relays, and when
+// ctx ends. A failed look is tried again at the next interval.
+func (d *database) watchBucketMembers(ctx context.Context, every time.Duration, stop context.CancelCauseFunc) {
+	if d.pool == nil || d.plan == nil || d.plan.Mode == postgres.ModeBuckets {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, every)
+		n, err := postgres.LiveBucketMembers(qctx, d.pool, d.plan.Mapping)
+		cancel()
+		if err == nil && n > 0 {
+			stop(mixedModesError{n, d.plan.Mode})
+			return
+		}
+	}
+}
+
 // Ping checks that the database answers.
 func (d *database) Ping(ctx context.Context) error {
 	if d.pool != nil {
@@ -189,7 +233,7 @@ func openDialectFor(ctx context.Context, cfg *config.Config, forRelay bool) (*da
 		if forRelay && plan.Mode != postgres.ModeBuckets {
 			if n, err := postgres.LiveBucketMembers(ctx, pool, plan.Mapping); err == nil && n > 0 {
 				pool.Close()
-				return nil, fmt.Errorf("database: %d relay(s) in bucket mode (relay.claimMode: buckets) are at work on this table, and this relay would claim in %s mode: both would publish the same rows; use the same relay.claimMode on every relay (stop them all to change it)", n, plan.Mode)
+				return nil, mixedModesError{n, plan.Mode}
 			}
 		}
 		cc := pool.Config().ConnConfig

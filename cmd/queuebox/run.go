@@ -347,7 +347,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			Observer:   rt.metrics,
 		})
 	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go rt.db.watchBucketMembers(ctx, bucketGuardInterval, stop)
 	err = rt.engine.Run(ctx)
+	if cause := context.Cause(ctx); err == nil && errors.As(cause, new(mixedModesError)) {
+		err = cause // the guard stopped the relay: exit with its reason
+	}
 	log.Info("relay stopped")
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
