@@ -74,7 +74,8 @@ type BucketDialect struct {
 	member string // this relay's member id
 	name   string // host and pid, shown to operators
 
-	claimMu sync.Mutex // one claim at a time: a claim's rows are in flight before the next one reads
+	claimMu sync.Mutex  // one claim at a time: a claim's rows are in flight before the next one reads
+	cursor  frontCursor // claimMu
 
 	mu       sync.Mutex
 	tokens   map[string][]heldRow // the rows in flight, per claim token
@@ -644,6 +645,10 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 		buckets = from
 	}
 	epochs := epochsByBucket(d.owned)
+	var gen int64 // changes when a bucket is taken: its rows may lie before the cursor
+	for _, e := range fromEpochs {
+		gen += e
+	}
 	ids := make([]string, 0, 64)
 	for _, rows := range d.tokens {
 		for _, r := range rows {
@@ -654,21 +659,34 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 	if len(from) == 0 {
 		return dialect.Claimed{}, nil // no bucket (yet): another relay owns them all
 	}
-	shape := shapeOf(p)
-	query, err := d.claims.sql(shape)
+	read := func(p dialect.ClaimParams) (dialect.Claimed, error) {
+		shape := shapeOf(p)
+		query, err := d.claims.sql(shape)
+		if err != nil {
+			return dialect.Claimed{}, err
+		}
+		args := append([]any{pgx.QueryExecModeExec, d.member, micros(d.keep()), ids, buckets, from, fromEpochs}, d.claims.windowArgs(shape, p)...)
+		rows, err := d.pool.Query(ctx, query, args...)
+		if err != nil {
+			return dialect.Claimed{}, interpretError("bucket claim", err)
+		}
+		defer rows.Close()
+		claimed, err := scanClaim(rows, p)
+		if err != nil {
+			return dialect.Claimed{}, interpretError("bucket claim", err)
+		}
+		return claimed, nil
+	}
+	q, cursor := d.cursor.from(p, gen, time.Now())
+	claimed, err := read(q)
+	if err == nil && cursor && len(claimed.Messages) == 0 {
+		q, cursor = p, false // nothing past the cursor: from the front after all
+		claimed, err = read(q)
+	}
 	if err != nil {
 		return dialect.Claimed{}, err
 	}
-	args := append([]any{pgx.QueryExecModeExec, d.member, micros(d.keep()), ids, buckets, from, fromEpochs}, d.claims.windowArgs(shape, p)...)
-	rows, err := d.pool.Query(ctx, query, args...)
-	if err != nil {
-		return dialect.Claimed{}, interpretError("bucket claim", err)
-	}
-	defer rows.Close()
-	claimed, err := scanClaim(rows, p)
-	if err != nil {
-		return dialect.Claimed{}, interpretError("bucket claim", err)
-	}
+	d.cursor.found(q, cursor, gen, claimed, time.Now())
 	if len(claimed.Messages) == 0 {
 		return claimed, nil
 	}
@@ -681,6 +699,52 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 	d.tokens[p.Token] = held
 	d.mu.Unlock()
 	return claimed, nil
+}
+
+// frontEvery is how often a bucket-mode relay's claims look for its rows
+// from the front of the table rather than from its frontCursor.
+const frontEvery = time.Second
+
+// frontCursor is where a bucket-mode relay's own rows start. The table's
+// front holds the rows of every relay's buckets, and a relay that runs
+// ahead of the others would otherwise read past all their pending rows,
+// at each claim, before it reached a row of its own. A claim at the front
+// (no From, no skip list) starts instead at the window start that the last
+// such claim found, for frontEvery after a claim that read from the
+// table's front: the rows before it were then in flight here, not yet due
+// or of other buckets. Rows that become due there in between (a retry's
+// backoff ends, a release, a row committed late with a lower sequence)
+// are found by the next claim from the front, at most frontEvery later,
+// and at once when nothing past the cursor is ready. Taking a bucket (a
+// change of gen) sends the next claim to the front.
+type frontCursor struct {
+	seq     int64
+	ok      bool      // seq is set
+	gen     int64     // the epochs of the buckets claimed from when seq was found
+	scanned time.Time // the last claim from the table's front
+}
+
+// from returns the parameters of claim p: from the cursor when p is at the
+// front, the cursor was found under gen, and the last claim from the
+// front is recent; cursor says whether it is.
+func (c *frontCursor) from(p dialect.ClaimParams, gen int64, now time.Time) (dialect.ClaimParams, bool) {
+	if p.From != 0 || len(p.Skip) > 0 || p.Window <= 0 || !c.ok || c.gen != gen || now.Sub(c.scanned) >= frontEvery {
+		return p, false
+	}
+	p.From = c.seq
+	return p, true
+}
+
+// found records where the window of claim p (from the cursor or not) started.
+func (c *frontCursor) found(p dialect.ClaimParams, cursor bool, gen int64, claimed dialect.Claimed, now time.Time) {
+	if !cursor && (p.From != 0 || len(p.Skip) > 0 || p.Window <= 0) {
+		return // a window of the engine's sweep: not where the rows start
+	}
+	if !cursor {
+		c.scanned = now
+	}
+	c.ok = len(claimed.Messages) > 0 || claimed.More
+	c.seq, c.gen = claimed.Start, gen
 }
 
 // membershipShort says why a claim cannot run now: the membership ended
