@@ -645,10 +645,7 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 		buckets = from
 	}
 	epochs := epochsByBucket(d.owned)
-	var gen int64 // changes when a bucket is taken: its rows may lie before the cursor
-	for _, e := range fromEpochs {
-		gen += e
-	}
+	gen := bucketsGen(from, fromEpochs)
 	ids := make([]string, 0, 64)
 	for _, rows := range d.tokens {
 		for _, r := range rows {
@@ -699,6 +696,25 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 	d.tokens[p.Token] = held
 	d.mu.Unlock()
 	return claimed, nil
+}
+
+// bucketsGen is a fingerprint of the buckets a claim reads and their
+// epochs, in any order: it changes when a bucket is taken (a new bucket,
+// or an epoch that grew), whose rows may lie before the frontCursor.
+func bucketsGen(buckets []int32, epochs []int64) int64 {
+	var g uint64
+	for i, b := range buckets {
+		x := uint64(b)<<48 ^ uint64(epochs[i])
+		// splitmix64's finaliser: a sum of well-mixed values does not
+		// repeat when one bucket goes and another comes.
+		x ^= x >> 30
+		x *= 0xbf58476d1ce4e5b9
+		x ^= x >> 27
+		x *= 0x94d049bb133111eb
+		x ^= x >> 31
+		g += x
+	}
+	return int64(g)
 }
 
 // frontEvery is how often a bucket-mode relay's claims look for its rows

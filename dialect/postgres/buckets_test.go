@@ -479,6 +479,25 @@ func TestFrontCursor(t *testing.T) {
 	}
 }
 
+// TestBucketsGen: the fingerprint of the buckets read does not depend on
+// their order, and changes when a bucket is taken, even when another one
+// of the same epoch is given up at the same time.
+func TestBucketsGen(t *testing.T) {
+	a := bucketsGen([]int32{1, 2, 3}, []int64{4, 5, 6})
+	if b := bucketsGen([]int32{3, 1, 2}, []int64{6, 4, 5}); a != b {
+		t.Errorf("order changed the fingerprint: %d, %d", a, b)
+	}
+	for name, g := range map[string]int64{
+		"an epoch grew":                      bucketsGen([]int32{1, 2, 3}, []int64{4, 5, 7}),
+		"a bucket taken":                     bucketsGen([]int32{1, 2, 3, 9}, []int64{4, 5, 6, 1}),
+		"one bucket for another, same epoch": bucketsGen([]int32{1, 2, 9}, []int64{4, 5, 6}),
+	} {
+		if g == a {
+			t.Errorf("%s: the fingerprint did not change", name)
+		}
+	}
+}
+
 // TestBucketCursorMissesNoRow: rows that become claimable behind the
 // cursor (a forgotten claim's rows, a row committed late with a lower
 // sequence) are claimed again within frontEvery, and no row is claimed
