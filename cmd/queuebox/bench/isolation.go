@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -57,13 +56,11 @@ type slowReceiver struct {
 }
 
 func newSlowReceiver(ctx context.Context, all bool) (*slowReceiver, error) {
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
+	r := &slowReceiver{all: all}
+	var err error
+	if r.srv, r.url, err = serveLoopback(ctx, r); err != nil {
 		return nil, err
 	}
-	r := &slowReceiver{all: all, url: "http://" + ln.Addr().String()}
-	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = r.srv.Serve(ln) }()
 	return r, nil
 }
 

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -27,13 +25,11 @@ type spanSink struct {
 }
 
 func openSpanSink(ctx context.Context) (*spanSink, error) {
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
+	s := &spanSink{}
+	var err error
+	if s.srv, s.url, err = serveLoopback(ctx, s); err != nil {
 		return nil, fmt.Errorf("bench: span receiver: %w", err)
 	}
-	s := &spanSink{url: "http://" + ln.Addr().String()}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }
 

@@ -146,19 +146,27 @@ func openWorld(ctx context.Context, o *Options) (_ *world, err error) {
 	}
 
 	w.hook = &receiver{}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
+	if w.hookSrv, w.hookURL, err = serveLoopback(ctx, w.hook); err != nil {
 		return nil, err
 	}
-	w.hookSrv = &http.Server{Handler: w.hook, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = w.hookSrv.Serve(ln) }()
-	w.hookURL = "http://" + ln.Addr().String()
 	if o.Trace {
 		if w.spans, err = openSpanSink(ctx); err != nil {
 			return nil, err
 		}
 	}
 	return w, nil
+}
+
+// serveLoopback serves h over HTTP on a free loopback port until the
+// returned server is closed; base is http://127.0.0.1:port.
+func serveLoopback(ctx context.Context, h http.Handler) (srv *http.Server, base string, err error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, "http://" + ln.Addr().String(), nil
 }
 
 func (w *world) close() {
