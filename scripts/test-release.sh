@@ -50,9 +50,12 @@ fi
 tar -xzf "$archive" -C "$tmp"
 bin="$tmp/queuebox_${version}_$p/queuebox"
 if [[ $p == linux_amd64 && $(uname -s)/$(uname -m) == Linux/x86_64 ]]; then
-  "$bin" version
-  "$bin" version | grep -q "^queuebox $version\$" || { echo "test-release: the binary does not report $version" >&2; exit 1; }
-  "$bin" version | grep -q "revision: *$commit\$" || { echo "test-release: wrong revision" >&2; exit 1; }
+  # Read once, then match: under pipefail, grep -q leaving at its first
+  # match can end the writer with SIGPIPE and fail the pipeline.
+  out=$("$bin" version)
+  printf '%s\n' "$out"
+  grep -q "^queuebox $version\$" <<<"$out" || { echo "test-release: the binary does not report $version" >&2; exit 1; }
+  grep -q "revision: *$commit\$" <<<"$out" || { echo "test-release: wrong revision" >&2; exit 1; }
 fi
 if file "$bin" 2>/dev/null | grep -q dynamically; then
   echo "test-release: $bin is dynamically linked" >&2
