@@ -31,7 +31,9 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 TAR=${TAR:-tar}
 export LC_ALL=C
-if ((archives)) && ! "$TAR" --version 2>/dev/null | grep -q 'GNU tar'; then
+# Matched from a variable: under pipefail, grep -q leaving at its match can
+# end the writer with SIGPIPE and fail the pipeline.
+if ((archives)) && ! grep -q 'GNU tar' <<<"$("$TAR" --version 2>/dev/null)"; then
   echo "release: $TAR is not GNU tar; set TAR=gtar" >&2
   exit 1
 fi

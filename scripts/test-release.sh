@@ -57,7 +57,7 @@ if [[ $p == linux_amd64 && $(uname -s)/$(uname -m) == Linux/x86_64 ]]; then
   grep -q "^queuebox $version\$" <<<"$out" || { echo "test-release: the binary does not report $version" >&2; exit 1; }
   grep -q "revision: *$commit\$" <<<"$out" || { echo "test-release: wrong revision" >&2; exit 1; }
 fi
-if file "$bin" 2>/dev/null | grep -q dynamically; then
+if grep -q dynamically <<<"$(file "$bin" 2>/dev/null)"; then
   echo "test-release: $bin is dynamically linked" >&2
   exit 1
 fi
