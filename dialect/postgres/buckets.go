@@ -878,12 +878,26 @@ func (d *BucketDialect) write(ctx context.Context, name, token string, ids []str
 	return tag.RowsAffected(), nil
 }
 
-// Complete implements dialect.Dialect.
+// Complete implements dialect.Dialect. complete.sql finds the rows by
+// their ids alone, so the rows not held under p.Token are left out here:
+// their settlement changes nothing, as in the other settling statements.
 func (d *BucketDialect) Complete(ctx context.Context, p dialect.CompleteParams) (int64, error) {
 	if len(p.IDs) == 0 {
 		return 0, nil
 	}
-	return d.write(ctx, "complete", p.Token, p.IDs)
+	buckets, epochs := d.fence(p.Token, p.IDs)
+	held := make([]string, 0, len(p.IDs))
+	for i, id := range p.IDs {
+		if buckets[i] >= 0 {
+			held = append(held, id)
+		}
+	}
+	tag, err := d.pool.Exec(ctx, d.bq["complete"], d.member, held, buckets, epochs)
+	if err != nil {
+		return 0, interpretError("bucket complete", err)
+	}
+	d.settled(p.Token, p.IDs)
+	return tag.RowsAffected(), nil
 }
 
 // Retry implements dialect.Dialect.

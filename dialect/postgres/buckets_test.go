@@ -293,6 +293,54 @@ func TestBucketLapsedMemberIsFencedOut(t *testing.T) {
 	}
 }
 
+// TestBucketCompleteFencesEachBucket: a live relay that lost one bucket to
+// another relay settles the rows of the buckets it still owns and none of
+// the lost bucket's, and a row it does not hold under the claim's token is
+// not settled, whatever its bucket.
+func TestBucketCompleteFencesEachBucket(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	a := newBuckets(t, pg.Pool, 10*time.Second)
+	insertKeyed(t, ctx, pg.Pool, 40, 2)
+	token := uuid.NewString()
+	held, err := a.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 100})
+	if err != nil || len(held) != 40 {
+		t.Fatalf("claim: %d rows, %v; want the 40 heads", len(held), err)
+	}
+	lost := bucketOf(held[0].Key, held[0].ID)
+	if _, err := pg.Pool.Exec(ctx, `UPDATE outbox_qb_buckets SET member = gen_random_uuid(), epoch = epoch + 1 WHERE bucket = $1`, lost); err != nil {
+		t.Fatal(err)
+	}
+	keep := 0
+	for _, m := range held {
+		if bucketOf(m.Key, m.ID) != lost {
+			keep++
+		}
+	}
+	var notHeld string // the second row of a key whose bucket a still owns
+	if err := pg.Pool.QueryRow(ctx, `SELECT id::text FROM outbox WHERE state = 'pending' AND NOT (id = ANY($1::uuid[])) AND key = $2`,
+		idsOf(held), held[len(held)-1].Key).Scan(&notHeld); err != nil {
+		t.Fatal(err)
+	}
+	if bucketOf(held[len(held)-1].Key, held[len(held)-1].ID) == lost {
+		t.Fatal("the test needs a key outside the lost bucket; change the keys")
+	}
+	n, err := a.Complete(ctx, dialect.CompleteParams{Token: token, IDs: append(idsOf(held), notHeld)})
+	if err != nil || n != int64(keep) {
+		t.Fatalf("complete changed %d rows (%v), want the %d of the buckets still owned", n, err, keep)
+	}
+	var sentLost, sentNotHeld int
+	if err := pg.Pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE id = ANY($1::uuid[]) AND key = $2),
+		count(*) FILTER (WHERE id = $3::uuid)
+		FROM outbox WHERE state = 'sent'`, idsOf(held), held[0].Key, notHeld).Scan(&sentLost, &sentNotHeld); err != nil {
+		t.Fatal(err)
+	}
+	if sentLost != 0 || sentNotHeld != 0 {
+		t.Fatalf("sent: %d rows of the lost bucket, %d rows not held; want none", sentLost, sentNotHeld)
+	}
+}
+
 // TestBucketCloseHandsOverAtOnce: a relay that stops releases its buckets,
 // so the next relay takes them without waiting for a membership to end.
 func TestBucketCloseHandsOverAtOnce(t *testing.T) {
