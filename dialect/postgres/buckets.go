@@ -662,7 +662,11 @@ func (d *BucketDialect) ClaimNext(ctx context.Context, p dialect.ClaimParams) (d
 		if err != nil {
 			return dialect.Claimed{}, err
 		}
-		args := append([]any{pgx.QueryExecModeExec, d.member, micros(d.keep()), ids, buckets, from, fromEpochs}, d.claims.windowArgs(shape, p)...)
+		// The pool's query mode, as for every other statement: the ids in
+		// flight travel as a binary array, and the server parses the
+		// statement once per connection; it still plans each execution
+		// with the parameters' values (PlanEachExecution).
+		args := append([]any{d.member, micros(d.keep()), ids, buckets, from, fromEpochs}, d.claims.windowArgs(shape, p)...)
 		rows, err := d.pool.Query(ctx, query, args...)
 		if err != nil {
 			return dialect.Claimed{}, interpretError("bucket claim", err)
