@@ -77,6 +77,19 @@ func insertKeyed(t *testing.T, ctx context.Context, pool *pgxpool.Pool, keys, pe
 	}
 }
 
+// claimHeads inserts perKey rows for each of keys keys and has d claim the
+// keys' heads under a new token; it returns the token and the rows.
+func claimHeads(t *testing.T, ctx context.Context, pool *pgxpool.Pool, d *BucketDialect, keys, perKey int) (string, []outbox.Message) {
+	t.Helper()
+	insertKeyed(t, ctx, pool, keys, perKey)
+	token := uuid.NewString()
+	held, err := d.Claim(ctx, dialect.ClaimParams{Token: token, Limit: keys})
+	if err != nil || len(held) != keys {
+		t.Fatalf("claim: %d rows, %v; want the %d heads", len(held), err, keys)
+	}
+	return token, held
+}
+
 // TestBucketOfMatchesTheServer: the relay and the claim put a row in the
 // same bucket, or its settlement would be fenced out.
 func TestBucketOfMatchesTheServer(t *testing.T) {
@@ -189,12 +202,7 @@ func TestBucketMembersShareTheBuckets(t *testing.T) {
 	b := newBuckets(t, pg.Pool, 2400*time.Millisecond)
 	// b joins with its first claim; a has a row in flight in one of the
 	// buckets it gives up, and must keep that bucket until it is settled.
-	insertKeyed(t, ctx, pg.Pool, 200, 5)
-	token := uuid.NewString()
-	held, err := a.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 200})
-	if err != nil || len(held) != 200 {
-		t.Fatalf("claim: %d rows, %v", len(held), err)
-	}
+	token, held := claimHeads(t, ctx, pg.Pool, a, 200, 5)
 	if _, err := b.Claim(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -243,12 +251,7 @@ func TestBucketLapsedMemberIsFencedOut(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := context.Background()
 	a := newBuckets(t, pg.Pool, 2400*time.Millisecond)
-	insertKeyed(t, ctx, pg.Pool, 20, 2)
-	token := uuid.NewString()
-	held, err := a.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 100})
-	if err != nil || len(held) != 20 {
-		t.Fatalf("claim: %d rows, %v; want the 20 heads", len(held), err)
-	}
+	token, held := claimHeads(t, ctx, pg.Pool, a, 20, 2)
 	a.Close() // a stalls: no more beats; its membership ends as if it had stopped renewing
 	a.mu.Lock()
 	for _, r := range held {
@@ -301,12 +304,7 @@ func TestBucketCompleteFencesEachBucket(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := context.Background()
 	a := newBuckets(t, pg.Pool, 10*time.Second)
-	insertKeyed(t, ctx, pg.Pool, 40, 2)
-	token := uuid.NewString()
-	held, err := a.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 100})
-	if err != nil || len(held) != 40 {
-		t.Fatalf("claim: %d rows, %v; want the 40 heads", len(held), err)
-	}
+	token, held := claimHeads(t, ctx, pg.Pool, a, 40, 2)
 	lost := bucketOf(held[0].Key, held[0].ID)
 	if _, err := pg.Pool.Exec(ctx, `UPDATE outbox_qb_buckets SET member = gen_random_uuid(), epoch = epoch + 1 WHERE bucket = $1`, lost); err != nil {
 		t.Fatal(err)
@@ -421,12 +419,7 @@ func TestBucketMemberRejoinsAfterItsMembershipEnded(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := context.Background()
 	a := newBuckets(t, pg.Pool, 2400*time.Millisecond) // a beat every 100 ms
-	insertKeyed(t, ctx, pg.Pool, 20, 2)
-	token := uuid.NewString()
-	held, err := a.Claim(ctx, dialect.ClaimParams{Token: token, Limit: 100})
-	if err != nil || len(held) != 20 {
-		t.Fatalf("claim: %d rows, %v", len(held), err)
-	}
+	token, held := claimHeads(t, ctx, pg.Pool, a, 20, 2)
 	var before int64
 	if err := pg.Pool.QueryRow(ctx, `SELECT max(epoch) FROM outbox_qb_buckets`).Scan(&before); err != nil {
 		t.Fatal(err)
