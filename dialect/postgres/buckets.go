@@ -869,12 +869,18 @@ func (d *BucketDialect) settled(token string, ids []string) int64 {
 	return n
 }
 
-// write runs a fenced settling statement, and ends the rows in flight once
-// it has committed.
+// write runs a fenced settling statement whose rows are unnested with
+// their buckets and epochs (retry.sql, dead.sql), and ends the rows in
+// flight once it has committed.
 func (d *BucketDialect) write(ctx context.Context, name, token string, ids []string, args ...any) (int64, error) {
 	buckets, epochs := d.fence(token, ids)
-	all := append([]any{d.member, ids, buckets, epochs}, args...)
-	tag, err := d.pool.Exec(ctx, d.bq[name], all...)
+	return d.exec(ctx, name, token, ids, append([]any{d.member, ids, buckets, epochs}, args...)...)
+}
+
+// exec runs statement name with args, then ends the rows ids of token in
+// flight: their settlement is written, or fenced out for good.
+func (d *BucketDialect) exec(ctx context.Context, name, token string, ids []string, args ...any) (int64, error) {
+	tag, err := d.pool.Exec(ctx, d.bq[name], args...)
 	if err != nil {
 		return 0, interpretError("bucket "+name, err)
 	}
@@ -896,12 +902,7 @@ func (d *BucketDialect) Complete(ctx context.Context, p dialect.CompleteParams) 
 			held = append(held, id)
 		}
 	}
-	tag, err := d.pool.Exec(ctx, d.bq["complete"], d.member, held, buckets, epochs)
-	if err != nil {
-		return 0, interpretError("bucket complete", err)
-	}
-	d.settled(p.Token, p.IDs)
-	return tag.RowsAffected(), nil
+	return d.exec(ctx, "complete", p.Token, p.IDs, d.member, held, buckets, epochs)
 }
 
 // Retry implements dialect.Dialect.
