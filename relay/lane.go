@@ -15,9 +15,9 @@ import (
 // destination's limit (limiter). Each row leaves the lane, and goes to the
 // settler, as soon as its own outcome is known (destination.Streamer), so
 // that a slow row holds only itself. A lane holds at most share rows,
-// queued and in flight: the rows that a slow destination would hold beyond
-// that wait in the table instead (deferred), and keep no budget from the
-// other destinations.
+// queued and in flight, unless it answers them quickly (quick): the rows
+// that a slow destination would hold beyond that wait in the table instead
+// (deferred), and keep no budget from the other destinations.
 type lane struct {
 	e       *Engine
 	name    string
@@ -29,8 +29,9 @@ type lane struct {
 
 	mu       sync.Mutex
 	queue    []part
-	queued   int // rows in queue
-	inflight int // rows published and not yet answered
+	queued   int       // rows in queue
+	inflight int       // rows published and not yet answered
+	answered time.Time // the last answer
 	kick     chan struct{}
 }
 
@@ -61,6 +62,9 @@ func (l *lane) offer(c *claim, msgs []*outbox.Message) time.Duration {
 	}
 	l.mu.Lock()
 	room := l.share - l.queued - l.inflight
+	if room < len(msgs) && l.quick(len(msgs)) {
+		room = len(msgs)
+	}
 	take := msgs
 	var over []*outbox.Message
 	if room < len(msgs) {
@@ -87,6 +91,23 @@ func (l *lane) offer(c *claim, msgs []*outbox.Message) time.Duration {
 // errLaneFull is the outcome of a row deferred because its destination
 // holds its whole share of the in-flight budget.
 var errLaneFull = errors.New("not published: the destination holds its share of the rows in flight (a slow destination); the row waits without spending an attempt")
+
+// quick reports whether the lane answers the rows it holds, and n more,
+// sooner than a deferred row would come back from the table (the backoff's
+// base): a fast destination over its share is only a little ahead of its
+// publishes, and holding the rows costs the other destinations less than
+// deferring them costs these rows' keys. A lane whose rows in flight have
+// had no answer for a while is not quick, whatever its last latency said.
+// The claimer claims only within the budget, so a quick lane over its
+// share still holds no more than the budget. The caller holds l.mu.
+func (l *lane) quick(n int) bool {
+	rtt := l.limit.latency()
+	if rtt <= 0 || (l.inflight > 0 && time.Since(l.answered) > 2*rtt+l.e.opt.PollInterval) {
+		return false
+	}
+	d := time.Duration(float64(rtt) * float64(l.queued+l.inflight+n) / float64(max(l.limit.current(), 1)))
+	return d < l.e.opt.Backoff.Base
+}
 
 // drainTime estimates how long the lane takes to answer the rows it holds:
 // the caller holds l.mu.
@@ -267,6 +288,7 @@ func (l *lane) publish(parent context.Context, p part) {
 		l.mu.Lock()
 		used := l.inflight
 		l.inflight--
+		l.answered = now
 		limit := l.limit.current()
 		waiting := l.queued > 0 && (l.inflight == 0 || limit-l.inflight >= max(limit/4, 1))
 		l.mu.Unlock()

@@ -309,6 +309,43 @@ func TestDestinationOverItsShareIsDeferred(t *testing.T) {
 	}
 }
 
+// TestQuickDestinationOverItsShareKeepsItsRows: a destination that answers
+// in a millisecond and is only ahead of its publishes takes rows over its
+// share: deferring them would make their keys wait the backoff's base,
+// hundreds of times longer than its queue takes. A destination that answers
+// in seconds, or whose rows in flight have gone unanswered, defers them.
+func TestQuickDestinationOverItsShareKeepsItsRows(t *testing.T) {
+	t.Parallel()
+	const maxInflight = 1000
+	e := newTestEngine(t, &fakeDialect{}, map[string]destination.Destination{"a": acceptAll{}, "b": acceptAll{}},
+		Options{BatchSize: 100, MaxInflight: maxInflight, Backoff: Backoff{Base: time.Second, Max: time.Minute}})
+	offerOverShare := func(rtt time.Duration, unanswered time.Duration) (taken int) {
+		l := newLane(e, "a", acceptAll{}, maxInflight, maxInflight*3/4)
+		for range 64 { // rounds at rtt: the limit reaches the cap
+			for range l.limit.current() {
+				l.limit.record(rtt, l.limit.current(), false)
+			}
+		}
+		l.queued, l.inflight = 650, 100 // the lane holds its share
+		l.answered = time.Now().Add(-unanswered)
+		msgs := make([]*outbox.Message, 100)
+		for i := range msgs {
+			msgs[i] = &outbox.Message{ID: fmt.Sprint(i), Key: fmt.Sprint(i)}
+		}
+		l.offer(&claim{}, msgs)
+		return l.queued - 650
+	}
+	if n := offerOverShare(time.Millisecond, 0); n != 100 {
+		t.Fatalf("a destination answering in 1 ms took %d of 100 rows over its share, want all", n)
+	}
+	if n := offerOverShare(2*time.Second, 0); n != 0 {
+		t.Fatalf("a destination answering in 2 s took %d rows over its share, want none", n)
+	}
+	if n := offerOverShare(time.Millisecond, 5*time.Second); n != 0 {
+		t.Fatalf("a destination with no answer for 5 s took %d rows over its share, want none", n)
+	}
+}
+
 // isSlowID reports whether a row id of TestDestinationOverItsShareIsDeferred
 // ("c<claim>-<i>") is the slow destination's: even i.
 func isSlowID(id string) bool {
