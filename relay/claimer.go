@@ -65,6 +65,7 @@ func (e *Engine) claimLoop(ctx context.Context) {
 			pause = e.dispatch(ctx, c)
 		}
 		by := e.blockersOf(res.Blockers, w.skip)
+		by.thin = len(res.Blockers) < min(dialect.MaxBlockers, limit-got)
 		again := e.sweeper != nil && sw.claimed(w, limit, got, res.Start, res.More, res.Next, by)
 		if got < limit && e.log.Enabled(ctx, slog.LevelDebug) {
 			e.log.Debug("claim took fewer rows than asked", "from", w.from, "skip", len(w.skip), "asked", limit, "got", got,
@@ -125,6 +126,7 @@ func (e *Engine) blockersOf(keys, skip []string) blockers {
 		switch held, soon := e.keys.state(k); {
 		case soon:
 			by.settling = true
+			by.soon = append(by.soon, k)
 		case held:
 			by.others = append(by.others, k)
 			by.overdue = append(by.overdue, k)

@@ -19,7 +19,10 @@ import (
 //   - Some of them are keys this relay has in flight, not overdue: the
 //     window yields again when they settle. The claimer waits for that.
 //     (Keys interleave: the windows past it hold the same keys' later
-//     rows, no readier.)
+//     rows, no readier.) But when these are all the window has left, and
+//     fewer rows than the claim lacked, they go into the skip list until
+//     they settle: a key at a slow receiver must not hold the window
+//     until it is overdue.
 //   - The others (another relay's keys, a dead relay's, a key waiting out a
 //     backoff, held dead, or overdue here at a slow receiver) go into the
 //     skip list (dialect.ClaimParams.Skip), and the next window starts at
@@ -98,13 +101,16 @@ func (s *sweep) next() window {
 }
 
 // blockers sorts what holds a window: the keys of its first unclaimed rows
-// that this relay is about to settle (settling), and the other keys,
+// that this relay is about to settle (settling, soon), and the other keys,
 // those of the skip list left out (others), of which overdue are in flight
-// here but out for longer than usual.
+// here but out for longer than usual. thin says that the window has fewer
+// unclaimed rows left than the claim lacked: they are all named.
 type blockers struct {
 	settling bool
+	soon     []string
 	others   []string
 	overdue  []string
+	thin     bool
 }
 
 // claimed records a claim at window w that took got of asked rows; start,
@@ -139,6 +145,22 @@ func (s *sweep) claimed(w window, asked, got int, start int64, more bool, next i
 	case !w.front() && s.addSkip(by):
 		// Keys that block this window and no other yet: skip them too.
 		s.from = start
+		return true
+	case by.settling && by.thin && more:
+		// What the window has left is a few rows of keys about to settle
+		// here: waiting for them yields less than a batch, and keeps the
+		// window's start on them while rows past it may be ready now (a
+		// key at a slow receiver, not yet overdue). Skip those keys until
+		// they settle (prune), as overdue ones.
+		if w.front() {
+			s.skip, s.overdue = s.skip[:0], nil
+			s.frontAt = now.Add(s.frontGap)
+		}
+		s.from = start
+		if !s.addSkip(blockers{others: by.soon, overdue: by.soon}) {
+			s.from = next
+		}
+		s.barren = 0
 		return true
 	case by.settling:
 		// Its next rows are heads once this relay settles the rows before.

@@ -65,6 +65,36 @@ func TestSweepWaitsForItsOwnKeys(t *testing.T) {
 	}
 }
 
+// TestSweepLooksPastAThinWindowOfItsOwnKeys: when all a window has left is
+// a few rows of keys about to settle here, fewer than the claim lacked, and
+// rows lie past it, those keys are skipped until they settle: a key at a
+// slow receiver, not yet overdue, must not hold the window meanwhile.
+func TestSweepLooksPastAThinWindowOfItsOwnKeys(t *testing.T) {
+	s, _ := newTestSweep()
+	thin := blockers{settling: true, soon: []string{"slow"}, thin: true}
+	if !s.claimed(window{}, 100, 0, 10, true, 1010, thin) {
+		t.Fatal("a front window left with one row of a settling key waited for it")
+	}
+	w := s.next()
+	if w.from != 10 || !slices.Equal(w.skip, []string{"slow"}) {
+		t.Fatalf("next window %+v, want from the front's start with the settling key skipped", w)
+	}
+	s.prune(func(string) bool { return false })
+	if !slices.Equal(s.next().skip, []string{"slow"}) {
+		t.Fatal("the key left the skip list before it settled")
+	}
+	s.prune(func(k string) bool { return k == "slow" })
+	if len(s.next().skip) != 0 {
+		t.Fatalf("skip list %q after the key settled, want it empty", s.next().skip)
+	}
+	if s.claimed(window{}, 100, 0, 10, false, 0, thin) {
+		t.Fatal("with nothing past the window, a window of settling keys must wait for them")
+	}
+	if s.claimed(window{}, 100, 0, 10, true, 1010, ownSettling) || !s.next().front() {
+		t.Fatal("a window with more rows of settling keys than the claim lacked must wait for them")
+	}
+}
+
 // TestSweepReturnsToTheFront: past the front, claims look at the true front
 // (no skip list) again after frontEveryMin, less often while it stays
 // blocked (up to frontEveryMax), and stay there once it flows again.

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -615,4 +616,33 @@ func TestBucketCursorMissesNoRow(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 	}
 	t.Logf("the rows behind the cursor were claimed %v later, with %d rows in flight", time.Since(start).Round(time.Millisecond), len(inFlight))
+}
+
+// TestBucketBlockersLeaveOutRowsInFlight: a bucket-mode row in flight stays
+// pending, but it is not what holds the window: the blockers name the rows
+// the claim left, as a lease-mode claim does, so that the relay can tell a
+// window that has only a few rows left.
+func TestBucketBlockersLeaveOutRowsInFlight(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	d := newBuckets(t, pg.Pool, time.Hour)
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload) VALUES ('t', 'a', '{}'), ('t', 'a', '{}'), ('t', 'b', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(limit int) dialect.Claimed {
+		t.Helper()
+		c, err := d.ClaimNext(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: limit, Window: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// In flight: a's head, then b's, which lies after a's second row.
+	if n := len(claim(1).Messages) + len(claim(1).Messages); n != 2 {
+		t.Fatalf("the two heads: %d claimed", n)
+	}
+	c := claim(100)
+	if len(c.Messages) != 0 || !slices.Equal(c.Blockers, []string{"a"}) {
+		t.Fatalf("claim with both heads in flight: %d rows, blockers %q; want none, and a's second row alone", len(c.Messages), c.Blockers)
+	}
 }

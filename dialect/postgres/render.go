@@ -90,6 +90,7 @@ func templateFuncs(m dialect.Mapping, o options) template.FuncMap {
 			return pa
 		},
 		"bucketCount":     func() int { return BucketCount },
+		"maxBlockers":     func() int { return dialect.MaxBlockers },
 		"bucketLockSpace": func() int64 { return bucketLockSpace },
 	}
 }
