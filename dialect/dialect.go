@@ -94,15 +94,17 @@ type Claimed struct {
 	Next int64
 	More bool
 	// Blockers are the keys of the first due pending rows of the window
-	// that the claim did not take, when it took fewer rows than asked (at
-	// most MaxBlockers, in sequence order, one per row): what holds the
-	// window. Fewer than MaxBlockers are all the keyed rows the window has
-	// left. Empty when unknown or none.
+	// that the claim did not take and whose key was not skipped, when it
+	// took fewer rows than asked (at most MaxBlockers, in sequence order,
+	// one per row): what holds the window. Fewer than MaxBlockers are all
+	// such rows the window has left. Empty when unknown or none.
 	Blockers []string
 }
 
-// MaxBlockers is the most rows Claimed.Blockers names.
-const MaxBlockers = 16
+// MaxBlockers is the most rows Claimed.Blockers names: enough for the
+// heads a dead relay's claim left in flight to be skipped in a claim or
+// two, few enough that the probe stays a small part of a claim.
+const MaxBlockers = 64
 
 // Sweeper is what a dialect whose claim honours Window and From offers
 // beyond Dialect: a claim that also says where the next window starts.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -716,5 +717,35 @@ func TestClaimsTakeTableTurns(t *testing.T) {
 	}
 	if held != 0 {
 		t.Fatalf("%d advisory locks held after a poll: the turn outlived its claim", held)
+	}
+}
+
+// TestClaimBlockersLeaveOutSkippedKeys: the keys a claim is told to skip
+// are not named among what holds its window, so that every claim names
+// keys the engine does not step around yet. Rows a1 b1 a2 b2 a3 b3 c1 with
+// a's and b's heads in flight: a claim skipping a takes c1 and names b's
+// two rows, not a's.
+func TestClaimBlockersLeaveOutSkippedKeys(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	d := newDialect(t, pg.Pool, WithUniqueID(true))
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO outbox (topic, key, payload) VALUES
+		('t', 'a', '{}'), ('t', 'b', '{}'), ('t', 'a', '{}'), ('t', 'b', '{}'), ('t', 'a', '{}'), ('t', 'b', '{}'), ('t', 'c', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(limit int, skip ...string) dialect.Claimed {
+		t.Helper()
+		c, err := d.ClaimNext(ctx, dialect.ClaimParams{Token: uuid.NewString(), Limit: limit, Lease: time.Minute, Window: 1000, Skip: skip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if n := len(claim(1).Messages) + len(claim(1).Messages); n != 2 {
+		t.Fatalf("the two heads: %d claimed", n)
+	}
+	c := claim(100, "a")
+	if len(c.Messages) != 1 || c.Messages[0].Key != "c" || !slices.Equal(c.Blockers, []string{"b", "b"}) {
+		t.Fatalf("claim skipping a: %d rows, blockers %q; want c's row, and b's two rows", len(c.Messages), c.Blockers)
 	}
 }
