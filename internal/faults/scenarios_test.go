@@ -66,7 +66,7 @@ func TestFaultKillReplicas(t *testing.T) {
 	resetKeys()
 	w := newWorld(t, worldOptions{})
 	const total, waves, keys = 20000, 3, 200
-	w.hooks.delay = 5 * time.Millisecond // batches with HTTP rows last long enough to be killed in
+	w.hooks.delay = 10 * time.Millisecond // batches with HTTP rows last long enough to be killed in
 	cfg := w.config("batchSize: 100\npollInterval: 20ms\nlease: 2s\nreapInterval: 200ms\nbackoff: {base: 100ms, max: 2s}", "")
 	var reps [3]*testenv.Process
 	for i := range reps {
@@ -101,9 +101,12 @@ func TestFaultKillReplicas(t *testing.T) {
 		// kill is repeated.
 		var victim, stranded int
 		var held []string
+		// A replica settles a batch within milliseconds of its last
+		// answer, and a settlement already sent is committed even when the
+		// replica dies right after: many kills land between batches.
 		for try := 0; stranded == 0; try++ {
-			if try == 5 {
-				t.Fatalf("wave %d: no kill landed in the middle of a batch in 5 tries", k)
+			if try == maxKillTries {
+				t.Fatalf("wave %d: no kill landed in the middle of a batch in %d tries", k, maxKillTries)
 			}
 			if c := countStates(t, w.pg.Pool); c["pending"] < 1000 {
 				// The last kill missed and the wave is nearly through:
@@ -160,6 +163,9 @@ func TestFaultKillReplicas(t *testing.T) {
 	figure(t, "kill-replicas", r, fmt.Sprintf("kills=3 stranded_by_kills=%d recover=%v drain=%v claims_lost(survivors)=%v leases_reclaimed(survivors)=%v",
 		strandedTotal, roundAll(recoveries), drain.Round(100*time.Millisecond), lost, reclaimed))
 }
+
+// maxKillTries bounds the kills of one wave of TestFaultKillReplicas.
+const maxKillTries = 12
 
 func roundAll(ds []time.Duration) string {
 	var s []string
