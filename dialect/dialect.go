@@ -101,10 +101,8 @@ type Claimed struct {
 	Blockers []string
 }
 
-// MaxBlockers is the most rows Claimed.Blockers names: enough for the
-// heads a dead relay's claim left in flight to be skipped in a claim or
-// two, few enough that the probe stays a small part of a claim.
-const MaxBlockers = 64
+// MaxBlockers is the most rows Claimed.Blockers names.
+const MaxBlockers = 16
 
 // Sweeper is what a dialect whose claim honours Window and From offers
 // beyond Dialect: a claim that also says where the next window starts.
