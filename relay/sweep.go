@@ -31,10 +31,10 @@ import (
 //   - Nothing left but rows of skipped keys: the window is spent, and the
 //     next starts where the claim said (dialect.Claimed.Next).
 //
-// A skip list holds at most maxSkip keys, the heads of a few batches that
-// a dead relay left in flight (each skipped key costs every probe of a
-// window a comparison); past that, the windows move on one after the
-// other. Claims look at the true front again (no skip list)
+// A skip list holds at most maxSkip keys, more than a relay holds in
+// flight at the defaults, so that a dead relay's heads are all skipped
+// (each skipped key costs every probe of a window a comparison); past
+// that, the windows move on one after the other. Claims look at the true front again (no skip list)
 // every frontEveryMin, less often while it stays blocked (up to
 // frontEveryMax), and when the backlog past the window ends, so that a key
 // that was blocked is noticed once it flows.
@@ -69,7 +69,7 @@ const (
 	windowFactor = 4
 	windowMin    = 1000
 
-	maxSkip       = 256
+	maxSkip       = 1024
 	frontEveryMin = 250 * time.Millisecond
 	frontEveryMax = time.Second
 	maxBarren     = 2
