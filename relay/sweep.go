@@ -34,10 +34,10 @@ import (
 // A skip list holds at most maxSkip keys, more than a relay holds in
 // flight at the defaults, so that a dead relay's heads are all skipped
 // (each skipped key costs every probe of a window a comparison); past
-// that, the windows move on one after the other. Claims look at the true front again (no skip list)
-// every frontEveryMin, less often while it stays blocked (up to
-// frontEveryMax), and when the backlog past the window ends, so that a key
-// that was blocked is noticed once it flows.
+// that, the windows move on one after the other. Claims look at the true
+// front again (no skip list) every frontEveryMin, less often while it
+// stays blocked (up to frontEveryMax), and when the backlog past the
+// window ends, so that a key that was blocked is noticed once it flows.
 //
 // Windows past the front find nothing when the keys there are all in
 // flight with other relays. After maxBarren such claims in a row the
