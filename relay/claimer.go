@@ -64,12 +64,12 @@ func (e *Engine) claimLoop(ctx context.Context) {
 		if got > 0 {
 			pause = e.dispatch(ctx, c)
 		}
-		by := e.blockersOf(res.Blockers, w.skip)
+		by := e.blockersOf(res.Blockers)
 		by.thin = len(res.Blockers) < min(dialect.MaxBlockers, limit-got)
 		again := e.sweeper != nil && sw.claimed(w, limit, got, res.Start, res.More, res.Next, by)
 		if got < limit && e.log.Enabled(ctx, slog.LevelDebug) {
 			e.log.Debug("claim took fewer rows than asked", "from", w.from, "skip", len(w.skip), "asked", limit, "got", got,
-				"start", res.Start, "more", res.More, "next", res.Next, "settling_here", by.settling, "blocked_by", by.others, "again", again)
+				"start", res.Start, "more", res.More, "next", res.Next, "settling_here", by.settling(), "blocked_by", by.others, "again", again)
 		}
 		if pause > 0 {
 			// Every row of the claim went to a destination that is down
@@ -115,17 +115,16 @@ func (e *Engine) claimLoop(ctx context.Context) {
 	}
 }
 
-// blockersOf sorts the keys of a window's first unclaimed rows (skip: the
-// keys the claim was told to skip, left out).
-func (e *Engine) blockersOf(keys, skip []string) blockers {
+// blockersOf sorts the keys of a window's first unclaimed rows. The claim
+// left out the keys it was told to skip (dialect.Claimed.Blockers).
+func (e *Engine) blockersOf(keys []string) blockers {
 	var by blockers
 	for _, k := range keys {
-		if slices.Contains(skip, k) || slices.Contains(by.others, k) {
+		if slices.Contains(by.others, k) || slices.Contains(by.soon, k) {
 			continue
 		}
 		switch held, soon := e.keys.state(k); {
 		case soon:
-			by.settling = true
 			by.soon = append(by.soon, k)
 		case held:
 			by.others = append(by.others, k)

@@ -108,12 +108,15 @@ func (s *sweep) next() window {
 // here but out for longer than usual. thin says that the window has fewer
 // unclaimed rows left than the claim lacked: they are all named.
 type blockers struct {
-	settling bool
-	soon     []string
-	others   []string
-	overdue  []string
-	thin     bool
+	soon    []string
+	others  []string
+	overdue []string
+	thin    bool
 }
+
+// settling reports whether keys this relay is about to settle hold the
+// window.
+func (b blockers) settling() bool { return len(b.soon) > 0 }
 
 // claimed records a claim at window w that took got of asked rows; start,
 // more and next are what it said of its window and the rows past it (where
@@ -148,7 +151,7 @@ func (s *sweep) claimed(w window, asked, got int, start int64, more bool, next i
 		// Keys that block this window and no other yet: skip them too.
 		s.from = start
 		return true
-	case by.settling && by.thin && more:
+	case by.settling() && by.thin && more:
 		// What the window has left is a few rows of keys about to settle
 		// here: waiting for them yields less than a batch, and keeps the
 		// window's start on them while rows past it may be ready now (a
@@ -164,7 +167,7 @@ func (s *sweep) claimed(w window, asked, got int, start int64, more bool, next i
 		}
 		s.barren = 0
 		return true
-	case by.settling:
+	case by.settling():
 		// Its next rows are heads once this relay settles the rows before.
 		if w.front() {
 			s.from, s.skip, s.overdue, s.frontGap = 0, nil, nil, frontEveryMin

@@ -15,7 +15,7 @@ func newTestSweep() (*sweep, *time.Time) {
 
 var (
 	nothing     = blockers{}
-	ownSettling = blockers{settling: true}
+	ownSettling = blockers{soon: []string{"own"}}
 )
 
 func others(keys ...string) blockers { return blockers{others: keys} }
@@ -71,7 +71,7 @@ func TestSweepWaitsForItsOwnKeys(t *testing.T) {
 // slow receiver, not yet overdue, must not hold the window meanwhile.
 func TestSweepLooksPastAThinWindowOfItsOwnKeys(t *testing.T) {
 	s, _ := newTestSweep()
-	thin := blockers{settling: true, soon: []string{"slow"}, thin: true}
+	thin := blockers{soon: []string{"slow"}, thin: true}
 	if !s.claimed(window{}, 100, 0, 10, true, 1010, thin) {
 		t.Fatal("a front window left with one row of a settling key waited for it")
 	}
